@@ -1,0 +1,56 @@
+"""unity_sb3: Unity ML-Agents scenes under Gymnasium, PettingZoo and Stable-Baselines3.
+
+Importing the package makes ``mlagents_envs`` importable on a modern protobuf (see
+:mod:`unity_sb3.unity.compat`) and registers the embedded scenes as gymnasium ids
+(``unity_sb3/Ball3D-v0``, ...). Everything else is imported lazily on first use, so
+``import unity_sb3`` stays cheap (no torch import).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from unity_sb3.unity import compat as _compat  # noqa: F401  (side effect: protobuf compat)
+from unity_sb3.version import __version__
+
+# public name -> module that defines it
+_LAZY: dict[str, str] = {
+    "open_unity": "unity_sb3.unity.connect",
+    "UnityVecEnv": "unity_sb3.wrappers.vec_env",
+    "UnityGymEnv": "unity_sb3.wrappers.gym_env",
+    "UnityParallelEnv": "unity_sb3.wrappers.pettingzoo_env",
+    "UnityAECEnv": "unity_sb3.wrappers.pettingzoo_env",
+    "load_demo": "unity_sb3.unity.demo",
+    "Demonstration": "unity_sb3.unity.demo",
+    "pretrain_bc": "unity_sb3.algorithms.bc",
+    "PPO": "unity_sb3.algorithms.ppo",
+    "SAC": "unity_sb3.algorithms.sac",
+    "POCA": "unity_sb3.algorithms.poca",
+}
+
+__all__ = ["__version__", *_LAZY]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'unity_sb3' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
+def _register_gymnasium_ids() -> None:
+    try:
+        from unity_sb3.envs.registration import register_gymnasium_ids
+    except ImportError:  # scenes not built yet in this checkout
+        return
+    register_gymnasium_ids()
+
+
+_register_gymnasium_ids()

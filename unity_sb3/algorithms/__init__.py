@@ -1,0 +1,1 @@
+"""SB3 algorithm classes and plugins: reward signals, behavioral cloning, POCA."""
