@@ -12,6 +12,12 @@ import and run unchanged.
 
 With protobuf 3.x the original modules import as they are and nothing is replaced.
 
+A second difference is patched whatever the protobuf version: ``mlagents_envs`` 0.28 decodes
+PNG-compressed visual observations only in the old height-width-channel layout, while current
+Unity packages (com.unity.ml-agents >= 3, same communication version 1.5.0) declare visual
+observations channel-first (``[C, H, W]``). :func:`patch_visual_decoding` makes
+``rpc_utils`` accept both layouts, telling them apart with :func:`channel_axis`.
+
 Every module of ``unity_sb3`` that imports ``mlagents_envs`` imports this module first (the
 package ``__init__`` does it too), so there is no import-order trap: it works even when
 ``stable_baselines3`` or ``tensorboard`` imported protobuf earlier.
@@ -27,6 +33,7 @@ import types
 from pathlib import Path
 
 import google.protobuf
+import numpy as np
 from google.protobuf import descriptor_pb2, descriptor_pool
 
 PACKAGE = "mlagents_envs.communicator_objects"
@@ -126,6 +133,66 @@ def _build_module(name: str, proto: descriptor_pb2.FileDescriptorProto, origin: 
     return module
 
 
+def channel_axis(shape: tuple[int, ...], dimension_property: tuple[int, ...] | None = None) -> int:
+    """Which axis of a 3-D (visual) observation holds the channels: 0 (CHW) or 2 (HWC).
+
+    Unity marks the two spatial axes of a visual observation with the
+    ``TRANSLATIONAL_EQUIVARIANCE`` (2) dimension property and the channel axis with ``NONE`` (1).
+    When the properties are missing (``UNSPECIFIED``, old packages), the axis with at most 4
+    entries is the channel axis; if both ends qualify, the last one is (the old default).
+
+    :param shape: the observation's shape, 3 entries.
+    :param dimension_property: the observation's dimension properties, if known.
+    :return: 0 or 2.
+    """
+    if len(shape) != 3:
+        raise ValueError(f"a visual observation has 3 dimensions, got shape {tuple(shape)}")
+    props = tuple(int(p) for p in dimension_property or ())
+    if len(props) == 3:
+        if props[0] == 1 and props[1] == 2 and props[2] == 2:
+            return 0
+        if props[0] == 2 and props[1] == 2 and props[2] == 1:
+            return 2
+    if shape[2] <= 4:
+        return 2
+    if shape[0] <= 4:
+        return 0
+    return 2
+
+
+def patch_visual_decoding() -> None:
+    """Let ``mlagents_envs.rpc_utils`` decode compressed visual observations in CHW and HWC."""
+    from mlagents_envs import rpc_utils
+    from mlagents_envs.exception import UnityObservationException
+
+    if getattr(rpc_utils, "_unity_sb3_patched", False):
+        return
+    original = rpc_utils._observation_to_np_array
+
+    def _observation_to_np_array(obs, expected_shape=None):  # type: ignore[no-untyped-def]
+        if obs.compression_type == rpc_utils.COMPRESSION_TYPE_NONE or len(obs.shape) != 3:
+            return original(obs, expected_shape)
+        if expected_shape is not None and list(obs.shape) != list(expected_shape):
+            raise UnityObservationException(
+                f"Observation did not have the expected shape - got {list(obs.shape)} "
+                f"but expected {list(expected_shape)}"
+            )
+        shape = tuple(obs.shape)
+        axis = channel_axis(shape, tuple(obs.dimension_properties))
+        img = rpc_utils.process_pixels(obs.compressed_data, shape[axis], list(obs.compressed_channel_mapping))
+        if axis == 0:
+            img = np.ascontiguousarray(np.transpose(img, (2, 0, 1)))
+        if tuple(img.shape) != shape:
+            raise UnityObservationException(
+                f"Decompressed observation did not have the expected shape - "
+                f"decompressed had {img.shape} but expected {shape}"
+            )
+        return img
+
+    rpc_utils._observation_to_np_array = _observation_to_np_array
+    rpc_utils._unity_sb3_patched = True
+
+
 def install() -> None:
     """Make ``mlagents_envs.communicator_objects.*_pb2`` importable. Idempotent and thread-safe."""
     global _installed
@@ -146,6 +213,7 @@ def install() -> None:
                 built = _build_module(full_name, protos[module], directory / f"{module}.py")
                 sys.modules[full_name] = built
                 setattr(sys.modules[PACKAGE], module, built)
+        patch_visual_decoding()
         _installed = True
 
 
