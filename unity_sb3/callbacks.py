@@ -1,0 +1,185 @@
+"""SB3 callbacks used by the ``unity-sb3`` command (and usable from Python).
+
+- :class:`LiveProgressCallback`: a progress bar with a live mean reward / episode length.
+- :class:`AtomicCheckpointCallback`: periodic checkpoints written atomically, keep-last-N.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+import zipfile
+from pathlib import Path
+
+import numpy as np
+from stable_baselines3.common.base_class import BaseAlgorithm
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
+
+CHECKPOINT_PATTERN = re.compile(r"^checkpoint_(\d+)_steps\.zip$")
+
+
+def save_atomic(model: BaseAlgorithm, path: str | Path) -> Path:
+    """Save ``model`` to ``path`` so that a crash mid-write never replaces a good file.
+
+    The model is written to a temporary file in the same directory and moved over ``path`` with
+    ``os.replace`` (atomic on POSIX and Windows).
+
+    :param model: any SB3 algorithm.
+    :param path: target file; ``.zip`` is appended when missing (as SB3 does).
+    :return: the final path.
+    """
+    path = Path(path)
+    if path.suffix != ".zip":
+        path = path.with_name(path.name + ".zip")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".zip.tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        model.save(tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path
+
+
+def save_replay_buffer_atomic(model: OffPolicyAlgorithm, path: str | Path) -> Path:
+    """Atomic counterpart of ``model.save_replay_buffer`` (a pickle file)."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".pkl.tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        model.save_replay_buffer(tmp)
+        written = tmp if os.path.exists(tmp) else tmp + ".pkl"
+        os.replace(written, path)
+    finally:
+        for leftover in (tmp, tmp + ".pkl"):
+            if os.path.exists(leftover):
+                os.unlink(leftover)
+    return path
+
+
+def is_loadable_zip(path: str | Path) -> bool:
+    """Whether ``path`` is a complete zip archive (a cheap check before ``load``)."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return archive.testzip() is None and "data" in archive.namelist()
+    except (OSError, zipfile.BadZipFile):
+        return False
+
+
+def list_checkpoints(directory: str | Path) -> list[tuple[int, Path]]:
+    """Checkpoints in ``directory`` as ``(timesteps, path)``, oldest first."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    found = []
+    for entry in directory.iterdir():
+        match = CHECKPOINT_PATTERN.match(entry.name)
+        if match:
+            found.append((int(match.group(1)), entry))
+    return sorted(found)
+
+
+def latest_checkpoint(directory: str | Path) -> Path | None:
+    """The newest checkpoint in ``directory`` that is a complete archive, or ``None``."""
+    for _, path in reversed(list_checkpoints(directory)):
+        if is_loadable_zip(path):
+            return path
+    return None
+
+
+class AtomicCheckpointCallback(BaseCallback):
+    """Save a checkpoint every ``save_freq`` environment steps (summed over all slots).
+
+    Files are ``checkpoint_<timesteps>_steps.zip``, written atomically; only the newest
+    ``keep_last`` are kept. For off-policy algorithms the replay buffer is saved next to the
+    newest checkpoint when ``save_replay_buffer`` is set (as ML-Agents' ``save_replay_buffer``).
+
+    :param save_freq: environment steps (``model.num_timesteps``) between checkpoints.
+    :param directory: where checkpoints go.
+    :param keep_last: how many checkpoints to keep (>= 1).
+    :param save_replay_buffer: also save the replay buffer of off-policy algorithms.
+    """
+
+    def __init__(
+        self,
+        save_freq: int,
+        directory: str | Path,
+        keep_last: int = 5,
+        save_replay_buffer: bool = False,
+        verbose: int = 0,
+    ) -> None:
+        super().__init__(verbose)
+        if save_freq <= 0:
+            raise ValueError(f"save_freq must be positive, got {save_freq}")
+        if keep_last < 1:
+            raise ValueError(f"keep_last must be at least 1, got {keep_last}")
+        self.save_freq = save_freq
+        self.directory = Path(directory)
+        self.keep_last = keep_last
+        self.save_replay_buffer = save_replay_buffer
+        self._next_save = save_freq
+
+    def _on_training_start(self) -> None:
+        self._next_save = (self.model.num_timesteps // self.save_freq + 1) * self.save_freq
+
+    def _on_step(self) -> bool:
+        if self.model.num_timesteps >= self._next_save:
+            self.save_now()
+            self._next_save = (self.model.num_timesteps // self.save_freq + 1) * self.save_freq
+        return True
+
+    def save_now(self) -> Path:
+        """Write a checkpoint for the current timestep and prune old ones."""
+        path = save_atomic(self.model, self.directory / f"checkpoint_{self.model.num_timesteps}_steps.zip")
+        if self.save_replay_buffer and isinstance(self.model, OffPolicyAlgorithm):
+            save_replay_buffer_atomic(self.model, self.directory / "replay_buffer.pkl")
+        for _, old in list_checkpoints(self.directory)[: -self.keep_last]:
+            old.unlink(missing_ok=True)
+        if self.verbose:
+            print(f"Saved checkpoint {path}")
+        return path
+
+
+class LiveProgressCallback(BaseCallback):
+    """A tqdm progress bar over timesteps with the mean episode reward and length.
+
+    :param total_timesteps: the length of the bar (``learn``'s ``total_timesteps``).
+    :param refresh_every: update the text every this many calls (each call = one vector step).
+    """
+
+    def __init__(self, total_timesteps: int, refresh_every: int = 20, verbose: int = 0) -> None:
+        super().__init__(verbose)
+        self.total_timesteps = total_timesteps
+        self.refresh_every = refresh_every
+        self.bar = None
+        self._start = 0
+
+    def _on_training_start(self) -> None:
+        from tqdm.auto import tqdm
+
+        self._start = self.model.num_timesteps
+        self.bar = tqdm(total=self.total_timesteps, initial=0, unit="step", dynamic_ncols=True)
+
+    def _on_step(self) -> bool:
+        assert self.bar is not None
+        self.bar.n = min(self.model.num_timesteps - self._start, self.total_timesteps)
+        if self.n_calls % self.refresh_every == 0:
+            episodes = self.model.ep_info_buffer
+            if episodes:
+                rewards = np.array([e["r"] for e in episodes])
+                lengths = np.array([e["l"] for e in episodes])
+                self.bar.set_postfix_str(
+                    f"mean reward {rewards.mean():.2f}  mean length {lengths.mean():.0f}"
+                )
+            self.bar.refresh()
+        return True
+
+    def _on_training_end(self) -> None:
+        if self.bar is not None:
+            self.bar.n = min(self.model.num_timesteps - self._start, self.total_timesteps)
+            self.bar.close()
+            self.bar = None

@@ -1,0 +1,107 @@
+"""The ``unity-sb3`` command.
+
+``unity-sb3 train`` with no arguments trains PPO on the embedded Ball3D scene through the
+stand-in Unity player (the same gRPC path a Unity build uses) and writes everything into
+``results/<run-id>/``. ``unity-sb3 --help`` lists the other subcommands.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+
+def _add_train(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("train", help="train an agent (default: PPO on the embedded Ball3D scene)")
+    p.add_argument("--env", default="Ball3D", help="embedded scene name, a Unity build path, or 'editor'")
+    p.add_argument("--algo", default="ppo", help="ppo, sac, a2c, td3, maskable_ppo, recurrent_ppo, tqc, poca")
+    p.add_argument("--config", help="hyperparameters: an RL Zoo style YAML or an ML-Agents trainer YAML")
+    p.add_argument("--behavior", help="behavior name (when the scene has several)")
+    p.add_argument("--n-timesteps", type=int, help="agent-steps to train for (overrides the config)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--num-envs", type=int, default=1, help="Unity instances to run in parallel")
+    p.add_argument("--time-scale", type=float, default=20.0, help="Unity time scale (as mlagents-learn)")
+    p.add_argument("--no-graphics", action="store_true", help="run Unity builds without rendering")
+    p.add_argument("--run-id", default=None, help="name of the results folder (default: <env>_<algo>)")
+    p.add_argument("--results-dir", default="results")
+    p.add_argument("--resume", action="store_true", help="continue from the run's newest checkpoint")
+    p.add_argument("--force", action="store_true", help="overwrite an existing run folder")
+    p.add_argument(
+        "--transport",
+        choices=["player", "inprocess"],
+        default="player",
+        help="embedded scenes: through the stand-in player over gRPC (default) or in-process",
+    )
+    p.add_argument("--checkpoint-every", type=int, default=50_000, help="agent-steps between checkpoints")
+    p.add_argument("--keep-checkpoints", type=int, default=5)
+    p.add_argument("--device", default="auto")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("-v", "--verbose", type=int, default=0)
+
+
+def _add_eval(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("eval", help="evaluate a saved model")
+    p.add_argument("model", help="path to a saved model .zip (or a run folder)")
+    p.add_argument("--env", default=None, help="scene / build (default: the one the run used)")
+    p.add_argument("--algo", default=None, help="algorithm (default: the one the run used)")
+    p.add_argument("--episodes", type=int, default=20)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--transport", choices=["player", "inprocess"], default="inprocess")
+    p.add_argument("--stochastic", action="store_true", help="sample actions instead of the mode")
+    p.add_argument("--gif", help="write a GIF of the first visual observation of slot 0 here")
+
+
+def _add_scenes(sub: argparse._SubParsersAction) -> None:
+    sub.add_parser("scenes", help="list the embedded scenes and their behaviors")
+
+
+def _add_demo_info(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("demo-info", help="summarise a Unity .demo file")
+    p.add_argument("path", nargs="+")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="unity-sb3",
+        description="Train Unity ML-Agents scenes with Stable-Baselines3.",
+    )
+    sub = parser.add_subparsers(dest="command")
+    for add in (_add_train, _add_eval, _add_scenes, _add_demo_info):
+        add(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``unity-sb3`` console script."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv:
+        argv = ["train"]
+    args = build_parser().parse_args(argv)
+    if args.command == "train":
+        from unity_sb3.run import train_from_args
+
+        return train_from_args(args)
+    if args.command == "eval":
+        from unity_sb3.run import evaluate_from_args
+
+        return evaluate_from_args(args)
+    if args.command == "scenes":
+        from unity_sb3.envs import describe_scene, list_scenes
+
+        for name in list_scenes():
+            print(describe_scene(name))
+            print()
+        return 0
+    if args.command == "demo-info":
+        from unity_sb3.unity.demo import describe_demo
+
+        for path in args.path:
+            print(describe_demo(path))
+        return 0
+    build_parser().print_help()
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,73 @@
+"""Hyperparameters shipped for the embedded scenes, in RL Zoo's YAML format.
+
+``<algo>.yml`` maps a gymnasium id (``unity_sb3/<Scene>-v0``) to the algorithm's settings, so
+the same files serve ``unity-sb3 train`` and ``python -m unity_sb3.zoo``.
+"""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+HYPERPARAMS_DIR = Path(__file__).resolve().parent
+
+
+def gym_id(env: str) -> str:
+    """The gymnasium id of an embedded scene name (``Ball3D`` -> ``unity_sb3/Ball3D-v0``)."""
+    return env if "/" in env or env.endswith(".yml") else f"unity_sb3/{env}-v0"
+
+
+def parse_policy_kwargs(value: str | dict | None) -> dict[str, Any]:
+    """RL Zoo writes ``policy_kwargs`` as a Python expression string; accept that or a dict."""
+    if value is None:
+        return {}
+    if isinstance(value, dict):
+        return dict(value)
+    import torch.nn as nn
+
+    namespace = {"dict": dict, "nn": nn, "list": list, "tuple": tuple, "__builtins__": {}}
+    result = eval(value, namespace)  # trusted: comes from our own or the user's YAML file
+    if not isinstance(result, dict):
+        raise ValueError(f"policy_kwargs must evaluate to a dict, got {type(result).__name__}: {value!r}")
+    return result
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"config file not found: {path}")
+    data = yaml.unsafe_load(path.read_text()) if path.suffix in (".yml", ".yaml") else None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} must hold a YAML mapping")
+    return data
+
+
+def load_hyperparams(algo: str, env: str, config: str | Path | None = None) -> dict[str, Any]:
+    """Hyperparameters for ``algo`` on ``env``: the shipped defaults, then ``config`` on top.
+
+    ``config`` may be an RL Zoo style file (``{gym_id: {...}}``) or a flat mapping of settings.
+
+    :return: a dict with ``n_timesteps``, ``policy``, ``normalize`` and constructor arguments;
+        ``policy_kwargs`` is already a dict.
+    """
+    key = gym_id(env)
+    shipped = HYPERPARAMS_DIR / f"{algo.lower()}.yml"
+    params: dict[str, Any] = {}
+    if shipped.is_file():
+        params.update(yaml.unsafe_load(shipped.read_text()).get(key, {}))
+    if config is not None:
+        data = read_yaml(config)
+        if key in data:
+            params.update(data[key])
+        elif any("/" in k or k.endswith("-v0") for k in data):
+            close = difflib.get_close_matches(key, list(data), n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise KeyError(f"{config} has no entry for {key!r}.{hint} Entries: {', '.join(data)}")
+        else:
+            params.update(data)
+    if "policy_kwargs" in params:
+        params["policy_kwargs"] = parse_policy_kwargs(params["policy_kwargs"])
+    return params

@@ -1,0 +1,295 @@
+"""Training and evaluation runs: what ``unity-sb3 train`` / ``eval`` do, usable from Python.
+
+A run lives in ``results/<run-id>/``:
+
+- ``config.yaml``: the algorithm, environment and hyperparameters it ran with;
+- ``monitor.csv`` (``monitor-<k>.csv`` for each resumed segment): episode rewards/lengths;
+- ``tb/``: TensorBoard logs; ``checkpoints/``: periodic atomic checkpoints;
+- ``model.zip``: the final model (also written on Ctrl-C); ``learning_curve.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from unity_sb3.hyperparams import load_hyperparams
+
+MODEL_FILE = "model.zip"
+CONFIG_FILE = "config.yaml"
+
+
+@dataclass
+class RunConfig:
+    """Everything that defines a training run (saved as ``config.yaml``)."""
+
+    env: str = "Ball3D"
+    algo: str = "ppo"
+    n_timesteps: int = 100_000
+    seed: int = 0
+    num_envs: int = 1
+    behavior: str | None = None
+    transport: str = "player"
+    time_scale: float = 20.0
+    no_graphics: bool = False
+    normalize: bool | dict = False
+    policy: str = "MlpPolicy"
+    hyperparams: dict[str, Any] = field(default_factory=dict)
+    open_kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+def make_vec_env(config: RunConfig, monitor_file: str | Path | None = None):
+    """Open the run's Unity instances as one ``UnityVecEnv`` (wrapped in VecMonitor)."""
+    from stable_baselines3.common.vec_env import VecMonitor
+
+    from unity_sb3.envs import list_scenes
+    from unity_sb3.unity.channels import EngineSettings
+    from unity_sb3.wrappers.vec_env import UnityVecEnv
+
+    open_kwargs: dict[str, Any] = {
+        "seed": config.seed,
+        "no_graphics": config.no_graphics,
+        "engine_settings": EngineSettings(time_scale=config.time_scale),
+        **config.open_kwargs,
+    }
+    if config.env in list_scenes():
+        open_kwargs.setdefault("transport", config.transport)
+    targets = [config.env] * config.num_envs
+    env = UnityVecEnv(targets, behavior_name=config.behavior, open_kwargs=open_kwargs)
+    return VecMonitor(env, filename=str(monitor_file) if monitor_file else None)
+
+
+def _wrap_normalize(env, config: RunConfig, stats_file: Path | None):
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    if not config.normalize:
+        return env
+    kwargs = config.normalize if isinstance(config.normalize, dict) else {}
+    if stats_file is not None and stats_file.exists():
+        env = VecNormalize.load(str(stats_file), env)
+        env.training = True
+        return env
+    return VecNormalize(env, **kwargs)
+
+
+def train(
+    config: RunConfig,
+    run_dir: str | Path,
+    *,
+    resume: bool = False,
+    progress: bool = True,
+    checkpoint_every: int = 50_000,
+    keep_checkpoints: int = 5,
+    device: str = "auto",
+    verbose: int = 0,
+) -> Path:
+    """Train as ``unity-sb3 train`` does and return the path of the saved model.
+
+    :param config: what to train.
+    :param run_dir: the run folder (created).
+    :param resume: continue from the newest loadable checkpoint (or the final model) in it.
+    :param progress: show a progress bar with the live mean reward.
+    :param checkpoint_every: agent-steps between checkpoints.
+    :param keep_checkpoints: how many checkpoints to keep.
+    :param device: torch device.
+    :param verbose: SB3 verbosity.
+    """
+    from stable_baselines3.common.callbacks import CallbackList
+
+    from unity_sb3.algorithms.registry import algorithm_class
+    from unity_sb3.callbacks import (
+        AtomicCheckpointCallback,
+        LiveProgressCallback,
+        latest_checkpoint,
+        save_atomic,
+    )
+    from unity_sb3.plotting import plot_learning_curve
+
+    run_dir = Path(run_dir)
+    checkpoints = run_dir / "checkpoints"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    segment = len(list(run_dir.glob("monitor*.csv")))
+    monitor_file = run_dir / ("monitor.csv" if segment == 0 else f"monitor-{segment}.csv")
+    (run_dir / CONFIG_FILE).write_text(yaml.safe_dump(asdict(config), sort_keys=False))
+
+    algo_cls = algorithm_class(config.algo)
+    env = make_vec_env(config, monitor_file)
+    stats_file = run_dir / "vecnormalize.pkl"
+    env = _wrap_normalize(env, config, stats_file if resume else None)
+    start_from = None
+    if resume:
+        start_from = latest_checkpoint(checkpoints)
+        final = run_dir / MODEL_FILE
+        if final.exists() and (start_from is None or final.stat().st_mtime > start_from.stat().st_mtime):
+            start_from = final
+        if start_from is None:
+            raise FileNotFoundError(f"--resume: no checkpoint or model found in {run_dir}")
+    try:
+        if start_from is not None:
+            model = algo_cls.load(start_from, env=env, device=device, tensorboard_log=str(run_dir / "tb"))
+            print(f"Resuming from {start_from} at {model.num_timesteps} steps")
+        else:
+            model = algo_cls(
+                config.policy,
+                env,
+                seed=config.seed,
+                verbose=verbose,
+                device=device,
+                tensorboard_log=str(run_dir / "tb"),
+                **config.hyperparams,
+            )
+        remaining = config.n_timesteps - (model.num_timesteps if start_from else 0)
+        checkpoint = AtomicCheckpointCallback(checkpoint_every, checkpoints, keep_last=keep_checkpoints)
+        callbacks = [checkpoint]
+        if progress:
+            callbacks.append(LiveProgressCallback(max(remaining, 0)))
+        interrupted = False
+        started = time.monotonic()
+        try:
+            if remaining > 0:
+                model.learn(
+                    remaining,
+                    callback=CallbackList(callbacks),
+                    reset_num_timesteps=start_from is None,
+                    tb_log_name="run",
+                )
+        except KeyboardInterrupt:
+            interrupted = True
+            checkpoint.init_callback(model)
+            path = checkpoint.save_now()
+            print(f"\nInterrupted: saved checkpoint {path}; continue with --resume")
+        model_path = save_atomic(model, run_dir / MODEL_FILE)
+        if hasattr(env, "save") and config.normalize:
+            env.save(str(stats_file))
+        elapsed = time.monotonic() - started
+    finally:
+        env.close()
+    curve = run_dir / "learning_curve.png"
+    monitors = sorted(run_dir.glob("monitor*.csv"), key=lambda p: (len(p.name), p.name))
+    plot_learning_curve(monitors, curve, title=f"{config.algo.upper()} on {config.env}", concatenate=True)
+    state = "stopped early" if interrupted else "finished"
+    print(f"Training {state} after {elapsed:.0f} s. Model: {model_path}  Learning curve: {curve}")
+    return model_path
+
+
+def config_from_args(args: argparse.Namespace) -> RunConfig:
+    """Build a :class:`RunConfig` from ``unity-sb3 train`` arguments and the hyperparameter files."""
+    hyper = load_hyperparams(args.algo, args.env, args.config)
+    config = RunConfig(
+        env=args.env,
+        algo=args.algo,
+        seed=args.seed,
+        num_envs=args.num_envs,
+        behavior=args.behavior,
+        transport=args.transport,
+        time_scale=args.time_scale,
+        no_graphics=args.no_graphics,
+    )
+    config.n_timesteps = int(hyper.pop("n_timesteps", config.n_timesteps))
+    config.policy = hyper.pop("policy", config.policy)
+    config.normalize = hyper.pop("normalize", False)
+    config.open_kwargs = hyper.pop("open_kwargs", {})
+    config.hyperparams = hyper
+    if args.n_timesteps is not None:
+        config.n_timesteps = args.n_timesteps
+    return config
+
+
+def train_from_args(args: argparse.Namespace) -> int:
+    run_id = args.run_id or f"{Path(args.env).name}_{args.algo}"
+    run_dir = Path(args.results_dir) / run_id
+    if run_dir.exists() and any(run_dir.iterdir()) and not (args.resume or args.force):
+        print(
+            f"{run_dir} already holds a run. Use --resume to continue it, --force to overwrite it, "
+            "or --run-id NAME for a new one."
+        )
+        return 2
+    if args.force and not args.resume and run_dir.exists():
+        import shutil
+
+        shutil.rmtree(run_dir)
+    config = config_from_args(args)
+    train(
+        config,
+        run_dir,
+        resume=args.resume,
+        progress=not args.no_progress,
+        checkpoint_every=args.checkpoint_every,
+        keep_checkpoints=args.keep_checkpoints,
+        device=args.device,
+        verbose=args.verbose,
+    )
+    return 0
+
+
+def evaluate(
+    model_path: str | Path,
+    config: RunConfig,
+    episodes: int = 20,
+    deterministic: bool = True,
+    gif: str | Path | None = None,
+) -> tuple[float, float]:
+    """Run ``episodes`` complete episodes (over all slots) and return mean and std episode reward."""
+    import numpy as np
+
+    from unity_sb3.algorithms.registry import algorithm_class
+
+    model = algorithm_class(config.algo).load(model_path, device="cpu")
+    env = make_vec_env(config)
+    frames = []
+    try:
+        stats = Path(model_path).parent / "vecnormalize.pkl"
+        if config.normalize and stats.exists():
+            from stable_baselines3.common.vec_env import VecNormalize
+
+            env = VecNormalize.load(str(stats), env)
+            env.training = False
+            env.norm_reward = False
+        obs = env.reset()
+        returns: list[float] = []
+        state = None
+        starts = np.ones(env.num_envs, dtype=bool)
+        while len(returns) < episodes:
+            action, state = model.predict(obs, state=state, episode_start=starts, deterministic=deterministic)
+            obs, _, dones, infos = env.step(action)
+            starts = dones
+            if gif is not None and len(frames) < 300:
+                frame = env.render(mode="rgb_array") if hasattr(env, "render") else None
+                if frame is not None:
+                    frames.append(frame)
+            returns.extend(info["episode"]["r"] for info in infos if "episode" in info)
+    finally:
+        env.close()
+    if gif is not None and frames:
+        from PIL import Image
+
+        images = [Image.fromarray(f) for f in frames]
+        images[0].save(gif, save_all=True, append_images=images[1:], duration=50, loop=0)
+    values = np.asarray(returns[:episodes])
+    return float(values.mean()), float(values.std())
+
+
+def evaluate_from_args(args: argparse.Namespace) -> int:
+    model_path = Path(args.model)
+    run_dir = model_path if model_path.is_dir() else model_path.parent
+    if model_path.is_dir():
+        model_path = model_path / MODEL_FILE
+    saved = run_dir / CONFIG_FILE
+    config = RunConfig(**yaml.safe_load(saved.read_text())) if saved.exists() else RunConfig()
+    if args.env:
+        config.env = args.env
+    if args.algo:
+        config.algo = args.algo
+    config.seed = args.seed
+    config.num_envs = 1
+    config.transport = args.transport
+    mean, std = evaluate(model_path, config, args.episodes, deterministic=not args.stochastic, gif=args.gif)
+    print(
+        f"{config.algo} on {config.env}: mean reward {mean:.2f} +/- {std:.2f} over {args.episodes} episodes"
+    )
+    return 0
