@@ -1,0 +1,87 @@
+"""Atomic checkpoints, keep-last-N, resume selection, and the live progress bar."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from stable_baselines3 import PPO, SAC
+
+from unity_sb3.callbacks import (
+    AtomicCheckpointCallback,
+    LiveProgressCallback,
+    is_loadable_zip,
+    latest_checkpoint,
+    list_checkpoints,
+    save_atomic,
+)
+
+
+@pytest.fixture
+def ppo() -> PPO:
+    return PPO("MlpPolicy", "CartPole-v1", n_steps=64, batch_size=32, n_epochs=1, seed=0, device="cpu")
+
+
+def test_save_atomic_replaces_only_complete_files(tmp_path: Path, ppo: PPO, monkeypatch) -> None:
+    target = save_atomic(ppo, tmp_path / "model")
+    assert target.name == "model.zip" and is_loadable_zip(target)
+    good = target.read_bytes()
+
+    def crash(path, *args, **kwargs):
+        Path(path).write_bytes(b"half a zip")
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(ppo, "save", crash)
+    with pytest.raises(RuntimeError, match="disk full"):
+        save_atomic(ppo, target)
+    assert target.read_bytes() == good, "a failed save must not replace the good model"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.zip"], "no temp file left behind"
+
+
+def test_checkpoints_keep_last_and_resume_from_newest_loadable(tmp_path: Path, ppo: PPO) -> None:
+    callback = AtomicCheckpointCallback(save_freq=64, directory=tmp_path, keep_last=2)
+    ppo.learn(64 * 4, callback=callback)
+    steps = [s for s, _ in list_checkpoints(tmp_path)]
+    assert steps == [192, 256]
+    newest = latest_checkpoint(tmp_path)
+    assert newest is not None and newest.name == "checkpoint_256_steps.zip"
+    # a truncated newest checkpoint (crash mid-copy by another tool) is skipped
+    newest.write_bytes(newest.read_bytes()[:100])
+    assert latest_checkpoint(tmp_path).name == "checkpoint_192_steps.zip"
+    loaded = PPO.load(latest_checkpoint(tmp_path))
+    assert loaded.num_timesteps == 192
+
+
+def test_checkpoint_saves_replay_buffer(tmp_path: Path) -> None:
+    sac = SAC("MlpPolicy", "Pendulum-v1", learning_starts=10, buffer_size=500, seed=0, device="cpu")
+    callback = AtomicCheckpointCallback(save_freq=50, directory=tmp_path, save_replay_buffer=True)
+    sac.learn(100, callback=callback)
+    buffer_file = tmp_path / "replay_buffer.pkl"
+    assert buffer_file.exists()
+    fresh = SAC("MlpPolicy", "Pendulum-v1", buffer_size=500, device="cpu")
+    fresh.load_replay_buffer(buffer_file)
+    # SB3 calls callbacks before it stores the step's transition: the last one is not in yet
+    assert fresh.replay_buffer.size() == 99
+
+
+@pytest.mark.parametrize("bad", [{"save_freq": 0}, {"save_freq": 10, "keep_last": 0}])
+def test_checkpoint_rejects_bad_settings(tmp_path: Path, bad: dict) -> None:
+    with pytest.raises(ValueError):
+        AtomicCheckpointCallback(directory=tmp_path, **bad)
+
+
+def test_progress_bar_reports_mean_reward(ppo: PPO, capsys) -> None:
+    callback = LiveProgressCallback(total_timesteps=256, refresh_every=1)
+    ppo.learn(256, callback=callback)
+    err = capsys.readouterr().err
+    assert "mean reward" in err and "256/256" in err
+    assert callback.bar is None, "the bar is closed at the end of training"
+
+
+def test_list_checkpoints_ignores_other_files(tmp_path: Path) -> None:
+    for name in ("checkpoint_10_steps.zip", "checkpoint_x_steps.zip", "notes.txt", "checkpoint_2_steps.zip"):
+        (tmp_path / name).write_bytes(b"")
+    assert [s for s, _ in list_checkpoints(tmp_path)] == [2, 10]
+    assert latest_checkpoint(tmp_path) is None, "empty files are not loadable"
+    assert not os.path.exists(tmp_path / "missing") and list_checkpoints(tmp_path / "missing") == []
