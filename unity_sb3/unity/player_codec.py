@@ -1,0 +1,356 @@
+"""Conversions between a ``BaseEnv``'s data and the Unity side of the ML-Agents protocol.
+
+The stand-in player (:mod:`unity_sb3.unity.player`) uses these to write what a Unity build
+writes and read what Python sends. Everything here is checked against how
+``mlagents_envs`` 0.28 parses it (``rpc_utils.behavior_spec_from_proto`` and
+``steps_from_proto``):
+
+- Float observations (rank 1 and 2) travel as ``float_data`` (32-bit floats: exact).
+- Rank-3 (visual) observations travel PNG-compressed, as Unity sends camera and render
+  texture sensors: one height x width image per three channels. Current Unity packages
+  declare visual observations channel-first (C, H, W) and older ones (H, W, C);
+  :func:`unity_sb3.unity.compat.channel_axis` tells them apart (by dimension properties,
+  then by size) and the patched decoder in :mod:`unity_sb3.unity.compat` restores either
+  layout, so the player encodes with that same function and Python gets back the scene's
+  array in the scene's layout. Channel counts other than 3 use concatenated PNGs plus
+  ``compressed_channel_mapping`` (capabilities ``concatenatedPngObservations`` and
+  ``compressedChannelMapping``), as Unity does for stacked or grayscale sensors.
+- PNG is 8-bit: each value is clipped to [0, 1] and rounded to the nearest ``k / 255``
+  (what Unity's ``Color`` -> ``Color32`` conversion does). Values that already are
+  ``np.float32(k) / 255`` arrive bit-identical; any other value moves by at most 0.5/255.
+- Action masks: one ``bool`` per discrete action, all branches concatenated,
+  ``True`` = not allowed (the same meaning as ``DecisionSteps.action_mask``).
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Mapping
+from itertools import chain
+
+import numpy as np
+from mlagents_envs.base_env import ActionTuple, BehaviorSpec, DecisionSteps, ObservationSpec, TerminalSteps
+from mlagents_envs.communicator_objects.agent_action_pb2 import AgentActionProto
+from mlagents_envs.communicator_objects.brain_parameters_pb2 import ActionSpecProto, BrainParametersProto
+from mlagents_envs.communicator_objects.capabilities_pb2 import UnityRLCapabilitiesProto
+from mlagents_envs.communicator_objects.observation_pb2 import NONE, PNG, ObservationProto
+from mlagents_envs.communicator_objects.space_type_pb2 import continuous as SPACE_CONTINUOUS
+from mlagents_envs.communicator_objects.space_type_pb2 import discrete as SPACE_DISCRETE
+from mlagents_envs.communicator_objects.unity_rl_output_pb2 import UnityRLOutputProto
+
+from unity_sb3.unity.compat import channel_axis
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+#: zlib level for PNG data: 1 is ~3x faster than the default 6 and the images are tiny.
+PNG_COMPRESSION_LEVEL = 1
+
+
+class ProtocolError(RuntimeError):
+    """Python sent something a Unity build could not have accepted (e.g. wrong action count)."""
+
+
+def capabilities_proto() -> UnityRLCapabilitiesProto:
+    """Capabilities of a current Unity package (communication version 1.5.0): all of them."""
+    return UnityRLCapabilitiesProto(
+        baseRLCapabilities=True,
+        concatenatedPngObservations=True,
+        compressedChannelMapping=True,
+        hybridActions=True,
+        trainingAnalytics=True,
+        variableLengthObservation=True,
+        multiAgentGroups=True,
+    )
+
+
+def brain_parameters_proto(name: str, spec: BehaviorSpec, is_training: bool = True) -> BrainParametersProto:
+    """The ``BrainParametersProto`` Unity sends for a behavior.
+
+    The deprecated single-type fields are filled too when the actions are not hybrid, as
+    Unity does for trainers older than communication version 1.3.
+
+    :param name: behavior name, e.g. ``"3DBall?team=0"``.
+    :param spec: the behavior's spec.
+    :param is_training: whether the behavior is controlled by the trainer.
+    """
+    action_spec = spec.action_spec
+    proto = BrainParametersProto(
+        brain_name=name,
+        is_training=is_training,
+        action_spec=ActionSpecProto(
+            num_continuous_actions=action_spec.continuous_size,
+            num_discrete_actions=action_spec.discrete_size,
+            discrete_branch_sizes=list(action_spec.discrete_branches),
+        ),
+    )
+    if action_spec.discrete_size == 0:
+        proto.vector_action_size_deprecated.append(action_spec.continuous_size)
+        proto.vector_action_space_type_deprecated = SPACE_CONTINUOUS
+    elif action_spec.continuous_size == 0:
+        proto.vector_action_size_deprecated.extend(action_spec.discrete_branches)
+        proto.vector_action_space_type_deprecated = SPACE_DISCRETE
+    return proto
+
+
+def to_uint8(values: np.ndarray) -> np.ndarray:
+    """Quantise floats in [0, 1] to bytes as Unity's ``Color32`` does: clip, scale by 255, round.
+
+    :param values: float array of any shape.
+    :return: ``uint8`` array of the same shape.
+    """
+    return np.rint(np.clip(values, 0.0, 1.0) * 255.0).astype(np.uint8)
+
+
+def _png_chunk(tag: bytes, data: bytes) -> bytes:
+    return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data))
+
+
+def encode_png_rgb(image: np.ndarray, level: int = PNG_COMPRESSION_LEVEL) -> bytes:
+    """Encode one 8-bit RGB image as PNG (no filtering, zlib ``level``).
+
+    :param image: ``uint8`` array of shape (height, width, 3).
+    :param level: zlib compression level, 0-9.
+    :return: the PNG file's bytes.
+    """
+    if image.dtype != np.uint8 or image.ndim != 3 or image.shape[2] != 3:
+        raise ValueError(
+            f"encode_png_rgb needs a uint8 (height, width, 3) array, got {image.dtype} {image.shape}"
+        )
+    height, width, _ = image.shape
+    rows = np.zeros((height, 1 + width * 3), dtype=np.uint8)  # a 0 byte per row: filter type None
+    rows[:, 1:] = image.reshape(height, width * 3)
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)  # 8-bit, colour type 2 (RGB)
+    return (
+        PNG_SIGNATURE
+        + _png_chunk(b"IHDR", header)
+        + _png_chunk(b"IDAT", zlib.compress(rows.tobytes(), level))
+        + _png_chunk(b"IEND", b"")
+    )
+
+
+def channel_mapping(channels: int) -> list[int]:
+    """The ``compressed_channel_mapping`` Unity sends for ``channels`` channels (empty for 3).
+
+    Channels are packed three to a PNG; padding channels map to -1. One channel maps to
+    ``[0, -1, -1]`` rather than Unity's grayscale ``[0, 0, 0]`` so that ``mlagents_envs``
+    averages a single value and returns it bit-exact.
+
+    :param channels: number of channels of the observation (last dimension of its shape).
+    """
+    if channels == 3:
+        return []
+    padded = -(-channels // 3) * 3
+    return list(range(channels)) + [-1] * (padded - channels)
+
+
+def encode_visual(image: np.ndarray, channel_first: bool = False) -> bytes:
+    """PNG-encode one rank-3 observation.
+
+    :param image: float array, (height, width, channels) or, with ``channel_first``,
+        (channels, height, width); values in [0, 1] (others are clipped).
+    :param channel_first: whether the channels are the first axis.
+    :return: one PNG, or ``ceil(channels / 3)`` PNGs concatenated, channels zero-padded to a
+        multiple of 3.
+    """
+    data = to_uint8(image)
+    if channel_first:
+        data = data.transpose(1, 2, 0)
+    h, w, c = data.shape
+    groups = -(-c // 3)
+    if groups * 3 != c:
+        padded = np.zeros((h, w, groups * 3), dtype=np.uint8)
+        padded[..., :c] = data
+        data = padded
+    return b"".join(encode_png_rgb(np.ascontiguousarray(data[..., 3 * g : 3 * g + 3])) for g in range(groups))
+
+
+def is_channel_first(obs_spec: ObservationSpec) -> bool:
+    """Whether a rank-3 observation spec is channel-first, as the Python side will decide it."""
+    return channel_axis(tuple(obs_spec.shape), tuple(int(d) for d in obs_spec.dimension_property)) == 0
+
+
+class BehaviorEncoder:
+    """Writes one behavior's ``DecisionSteps`` and ``TerminalSteps`` into ``AgentInfoProto``\\ s.
+
+    The fixed part of each observation (shape, name, type, dimension properties, compression,
+    channel mapping) is serialized once and merged into each agent's observation.
+
+    :param spec: the behavior's spec.
+    :param compress_visual: send rank-3 observations as PNG (like Unity's camera sensors) or,
+        when ``False``, as raw floats (like a sensor with compression ``None``; exact floats).
+    """
+
+    def __init__(self, spec: BehaviorSpec, compress_visual: bool = True) -> None:
+        self.spec = spec
+        self.compress_visual = compress_visual
+        self._templates: list[bytes] = []
+        self._visual: list[bool] = []
+        self._channel_first: list[bool] = []
+        for obs_spec in spec.observation_specs:
+            visual = compress_visual and len(obs_spec.shape) == 3
+            self._visual.append(visual)
+            self._channel_first.append(visual and is_channel_first(obs_spec))
+            self._templates.append(self._template(obs_spec, visual).SerializeToString())
+        self._mask_size = int(sum(spec.action_spec.discrete_branches))
+
+    @staticmethod
+    def _template(obs_spec: ObservationSpec, visual: bool) -> ObservationProto:
+        proto = ObservationProto(
+            shape=list(obs_spec.shape),
+            compression_type=PNG if visual else NONE,
+            dimension_properties=[int(d) for d in obs_spec.dimension_property],
+            observation_type=obs_spec.observation_type.value,
+            name=obs_spec.name,
+        )
+        if visual:
+            channels = obs_spec.shape[0] if is_channel_first(obs_spec) else obs_spec.shape[2]
+            proto.compressed_channel_mapping.extend(channel_mapping(channels))
+        return proto
+
+    def _observations(self, obs: list[np.ndarray], n: int) -> list[list]:
+        """Per observation: a list of n per-agent payloads (float lists or PNG bytes)."""
+        if len(obs) != len(self._templates):
+            raise ValueError(
+                f"the scene gave {len(obs)} observations, its spec declares {len(self._templates)}"
+            )
+        payloads = []
+        for o, obs_spec in zip(obs, self.spec.observation_specs):
+            if tuple(np.shape(o)) != (n, *obs_spec.shape):
+                raise ValueError(
+                    f"observation {obs_spec.name!r} has shape {tuple(np.shape(o))}, "
+                    f"its spec says {(n, *obs_spec.shape)} for {n} agents"
+                )
+        for o, visual, channel_first in zip(obs, self._visual, self._channel_first):
+            if visual:
+                payloads.append([encode_visual(o[i], channel_first) for i in range(n)])
+            else:
+                payloads.append(np.asarray(o, dtype=np.float32).reshape(n, -1).tolist())
+        return payloads
+
+    def write(
+        self,
+        infos,
+        steps: DecisionSteps | TerminalSteps,
+        *,
+        done: bool,
+    ) -> None:
+        """Append one ``AgentInfoProto`` per agent of ``steps`` to the repeated field ``infos``.
+
+        :param infos: ``UnityRLOutputProto.agentInfos[name].value``.
+        :param steps: decision steps (``done=False``) or terminal steps (``done=True``).
+        :param done: whether these agents ended their episode.
+        """
+        n = len(steps.agent_id)
+        if n == 0:
+            return
+        ids = np.asarray(steps.agent_id).tolist()
+        rewards = np.asarray(steps.reward, dtype=np.float32).tolist()
+        group_ids = np.asarray(steps.group_id).tolist()
+        group_rewards = np.asarray(steps.group_reward, dtype=np.float32).tolist()
+        interrupted = np.asarray(steps.interrupted).tolist() if done else None
+        masks = None
+        if not done and self._mask_size and steps.action_mask is not None:
+            masks = np.concatenate([np.asarray(m, dtype=bool) for m in steps.action_mask], axis=1).tolist()
+        payloads = self._observations(steps.obs, n)
+        for i in range(n):
+            info = infos.add(
+                id=ids[i],
+                reward=rewards[i],
+                done=done,
+                group_id=group_ids[i],
+                group_reward=group_rewards[i],
+            )
+            if done:
+                info.max_step_reached = interrupted[i]
+            elif masks is not None:
+                info.action_mask.extend(masks[i])
+            for template, visual, payload in zip(self._templates, self._visual, payloads):
+                obs = info.observations.add()
+                obs.MergeFromString(template)
+                if visual:
+                    obs.compressed_data = payload[i]
+                else:
+                    obs.float_data.data.extend(payload[i])
+
+    def write_placeholder(self, infos) -> None:
+        """Append one agent with zero observations: the handshake only needs its shapes."""
+        info = infos.add(id=0)
+        for template, visual, channel_first, obs_spec in zip(
+            self._templates, self._visual, self._channel_first, self.spec.observation_specs
+        ):
+            obs = info.observations.add()
+            obs.MergeFromString(template)
+            zeros = np.zeros(obs_spec.shape, dtype=np.float32)
+            if visual:
+                obs.compressed_data = encode_visual(zeros, channel_first)
+            else:
+                obs.float_data.data.extend(zeros.ravel().tolist())
+
+
+def write_steps(
+    output: UnityRLOutputProto,
+    name: str,
+    encoder: BehaviorEncoder,
+    decision_steps: DecisionSteps,
+    terminal_steps: TerminalSteps,
+) -> None:
+    """Write one behavior's step into ``output.agentInfos[name]``: terminal agents first.
+
+    An agent that ended and immediately asked for a new decision appears twice, as in Unity
+    (its final info with ``done=True``, then its new episode's first info).
+    """
+    infos = output.agentInfos[name].value
+    encoder.write(infos, terminal_steps, done=True)
+    encoder.write(infos, decision_steps, done=False)
+
+
+def actions_from_proto(actions, spec: BehaviorSpec, n_agents: int, name: str = "") -> ActionTuple:
+    """Read Python's ``AgentActionProto`` list for one behavior into an ``ActionTuple``.
+
+    Actions come in the order of the agents of the last ``DecisionSteps``. Like Unity, the
+    deprecated ``vector_actions_deprecated`` field is read when the new fields are empty.
+
+    :param actions: ``UnityRLInputProto.agent_actions[name].value``.
+    :param spec: the behavior's spec.
+    :param n_agents: how many agents asked for a decision.
+    :param name: behavior name, for error messages.
+    :raises ProtocolError: when the counts do not match.
+    """
+    n = len(actions)
+    if n != n_agents:
+        raise ProtocolError(
+            f"behavior {name!r}: Python sent {n} actions but {n_agents} agents asked for a decision"
+        )
+    c = spec.action_spec.continuous_size
+    d = spec.action_spec.discrete_size
+    first: AgentActionProto | None = actions[0] if n else None
+    if (
+        first is not None
+        and len(first.continuous_actions) == 0
+        and len(first.discrete_actions) == 0
+        and c + d
+    ):
+        flat = np.fromiter(
+            chain.from_iterable(a.vector_actions_deprecated for a in actions), dtype=np.float32
+        )
+        if flat.size != n * (c + d):
+            raise ProtocolError(
+                f"behavior {name!r}: expected {n * (c + d)} deprecated action values, got {flat.size}"
+            )
+        flat = flat.reshape(n, c + d)
+        return ActionTuple(continuous=flat[:, :c].copy(), discrete=flat[:, c:].astype(np.int32))
+    continuous = np.fromiter(chain.from_iterable(a.continuous_actions for a in actions), dtype=np.float32)
+    discrete = np.fromiter(chain.from_iterable(a.discrete_actions for a in actions), dtype=np.int32)
+    if continuous.size != n * c or discrete.size != n * d:
+        raise ProtocolError(
+            f"behavior {name!r}: each of the {n} actions must have {c} continuous and {d} discrete values; "
+            f"got {continuous.size} and {discrete.size} in total"
+        )
+    continuous = continuous.reshape(n, c)
+    discrete = discrete.reshape(n, d)
+    return ActionTuple(continuous=continuous, discrete=discrete)
+
+
+def behavior_specs_of(env) -> Mapping[str, BehaviorSpec]:
+    """``env.behavior_specs`` as a plain dict (name -> spec), in the environment's order."""
+    return dict(env.behavior_specs.items())
