@@ -395,7 +395,8 @@ class UnityGymEnv(gym.Env):
         """
         super().reset(seed=seed)
         self._check_open()
-        hard = bool((options or {}).get("hard_reset", False)) or not self._episode_over
+        forced = bool((options or {}).get("hard_reset", False))
+        hard = forced or not self._episode_over
         if seed is not None:
             reseed = getattr(self._env, "reseed", None)
             if callable(reseed):
@@ -408,7 +409,7 @@ class UnityGymEnv(gym.Env):
                     "reset(seed=...) only seeds the wrapper's np_random",
                     stacklevel=2,
                 )
-        if hard and not (self._pristine and seed is None):
+        if forced or (hard and not (self._pristine and seed is None)):
             self._hard_reset()
         elif self._episode_over and not self._find_successor():
             warnings.warn(
