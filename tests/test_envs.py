@@ -1,0 +1,396 @@
+"""Embedded scenes: BaseEnv contract, Unity semantics, determinism, experts, side channels."""
+
+from __future__ import annotations
+
+import uuid
+
+import numpy as np
+import pytest
+
+# isort: off
+import unity_sb3  # noqa: F401  (first: makes mlagents_envs import on protobuf >= 4)
+
+# isort: on
+from mlagents_envs.base_env import ActionTuple, BaseEnv, DecisionSteps, TerminalSteps
+from mlagents_envs.exception import UnityActionException, UnityEnvironmentException, UnitySideChannelException
+from mlagents_envs.side_channel.engine_configuration_channel import EngineConfigurationChannel
+from mlagents_envs.side_channel.environment_parameters_channel import EnvironmentParametersChannel
+from mlagents_envs.side_channel.side_channel_manager import SideChannelManager
+from mlagents_envs.side_channel.stats_side_channel import StatsAggregationMethod, StatsSideChannel
+
+from unity_sb3.envs import describe_scene, list_scenes, make_scene
+from unity_sb3.envs.side_channels import (
+    STATS_CHANNEL_ID,
+    Sampler,
+    UnitySideChannels,
+    pack_messages,
+    split_messages,
+)
+from unity_sb3.unity.errors import UnityConfigurationError
+
+SCENES = list_scenes()
+BEHAVIORS = {
+    "Ball3D": "3DBall?team=0",
+    "GridWorld": "GridWorld?team=0",
+    "Escape": "DungeonEscape?team=0",
+    "PyramidsLite": "Pyramids?team=0",
+}
+# small but representative settings per scene, to keep the file fast
+SMALL = {
+    "Ball3D": {"num_agents": 4, "max_steps": 400},
+    "GridWorld": {"num_agents": 3},
+    "Escape": {"num_agents": 6},
+    "PyramidsLite": {"num_agents": 3},
+}
+
+
+def random_actions(
+    env: BaseEnv, behavior: str, steps: DecisionSteps, rng: np.random.Generator
+) -> ActionTuple:
+    """Uniform random actions that respect action masks (a masked branch value is never drawn)."""
+    spec = env.behavior_specs[behavior].action_spec
+    n = len(steps)
+    cont = rng.uniform(-1, 1, size=(n, spec.continuous_size)).astype(np.float32)
+    disc = np.zeros((n, spec.discrete_size), dtype=np.int32)
+    for b, size in enumerate(spec.discrete_branches):
+        allowed = np.ones((n, size), dtype=bool)
+        if steps.action_mask is not None:
+            allowed = ~steps.action_mask[b]
+        scores = rng.random((n, size)) * allowed
+        disc[:, b] = scores.argmax(axis=1)
+    return ActionTuple(continuous=cont, discrete=disc)
+
+
+def run(env, behavior: str, policy: str, n_steps: int, seed: int = 0):
+    """Run a policy; yield (decision_steps, terminal_steps) after each reset/step."""
+    rng = np.random.default_rng(seed)
+    env.reset()
+    for _ in range(n_steps):
+        d, t = env.get_steps(behavior)
+        yield d, t
+        if len(d):
+            act = (
+                env.expert_actions(behavior, d)
+                if policy == "expert"
+                else random_actions(env, behavior, d, rng)
+            )
+            env.set_actions(behavior, act)
+        env.step()
+
+
+def episode_returns(env, behavior: str, policy: str, n_steps: int, seed: int = 0) -> list[float]:
+    """Sum of individual + group rewards of every finished episode."""
+    running: dict[int, float] = {}
+    finished = []
+    for d, t in run(env, behavior, policy, n_steps, seed):
+        for i, agent in enumerate(t.agent_id):
+            finished.append(running.pop(int(agent), 0.0) + float(t.reward[i] + t.group_reward[i]))
+        for i, agent in enumerate(d.agent_id):
+            running[int(agent)] = running.get(int(agent), 0.0) + float(d.reward[i] + d.group_reward[i])
+    return finished
+
+
+def assert_steps_equal(
+    a: tuple[DecisionSteps, TerminalSteps], b: tuple[DecisionSteps, TerminalSteps]
+) -> None:
+    for x, y in zip(a, b):
+        assert len(x) == len(y)
+        for ox, oy in zip(x.obs, y.obs):
+            np.testing.assert_array_equal(ox, oy)
+        np.testing.assert_array_equal(x.reward, y.reward)
+        np.testing.assert_array_equal(x.agent_id, y.agent_id)
+        np.testing.assert_array_equal(x.group_id, y.group_id)
+        np.testing.assert_array_equal(x.group_reward, y.group_reward)
+    if a[0].action_mask is not None:
+        for mx, my in zip(a[0].action_mask, b[0].action_mask):
+            np.testing.assert_array_equal(mx, my)
+    np.testing.assert_array_equal(a[1].interrupted, b[1].interrupted)
+
+
+# ---------------------------------------------------------------------------------------------- API
+
+
+def test_list_and_describe():
+    assert SCENES[0] == "Ball3D" and set(SCENES) <= set(BEHAVIORS)
+    for name in SCENES:
+        text = describe_scene(name)
+        assert BEHAVIORS[name] in text and "num_agents" in text and "observation 0" in text
+
+
+@pytest.mark.parametrize(
+    ("name", "params", "match"),
+    [
+        ("NoSuchScene", {}, "Unknown scene 'NoSuchScene'; available scenes: Ball3D"),
+        ("Ball3D", {"masss": 2.0}, "Unknown parameter.*'masss'.*valid parameters:.*mass"),
+        ("Ball3D", {"num_agents": 0}, "'num_agents'.*>= 1"),
+        ("Ball3D", {"num_agents": 2.5}, "'num_agents'.*must be a finite int"),
+        ("Ball3D", {"mass": -1.0}, "'mass' must be > 0"),
+        ("Ball3D", {"max_steps": -3}, "'max_steps'.*>= 0"),
+        ("Ball3D", {"stable_agent_ids": 1}, "'stable_agent_ids'.*bool"),
+    ],
+)
+def test_bad_input_is_a_clear_error(name, params, match):
+    with pytest.raises(UnityConfigurationError, match=match):
+        make_scene(name, **params)
+
+
+def test_scene_name_is_case_insensitive():
+    assert make_scene("ball3d", num_agents=2).scene_name == "Ball3D"
+
+
+# ------------------------------------------------------------------------------------ BaseEnv contract
+
+
+@pytest.mark.parametrize("name", SCENES)
+def test_base_env_contract(name):
+    behavior = BEHAVIORS[name]
+    env = make_scene(name, seed=3, **SMALL[name])
+    assert isinstance(env, BaseEnv)
+    assert list(env.behavior_specs) == [behavior]
+    spec = env.behavior_specs[behavior]
+    with pytest.raises(UnityEnvironmentException, match="reset"):
+        env.get_steps(behavior)
+    with pytest.raises(UnityActionException, match="does not correspond"):
+        env.get_steps("Nope?team=0")
+    env.reset()
+    d, t = env.get_steps(behavior)
+    assert len(d) == env.num_agents and len(t) == 0
+    rng = np.random.default_rng(0)
+    seen_terminal = False
+    for _ in range(150):
+        d, t = env.get_steps(behavior)
+        for steps in (d, t):
+            assert steps.agent_id.dtype == np.int32
+            assert len(set(steps.agent_id.tolist())) == len(steps)
+            for obs, ospec in zip(steps.obs, spec.observation_specs):
+                assert obs.dtype == np.float32 and obs.shape == (len(steps), *ospec.shape)
+            assert steps.reward.dtype == np.float32 and steps.reward.shape == (len(steps),)
+            assert np.asarray(steps.group_id).shape == (len(steps),)
+        assert t.interrupted.shape == (len(t),)
+        seen_terminal |= len(t) > 0
+        if spec.action_spec.discrete_size and len(d):
+            assert [m.shape for m in d.action_mask] == [
+                (len(d), b) for b in spec.action_spec.discrete_branches
+            ]
+        with pytest.raises(UnityActionException, match="needs a"):
+            env.set_actions(behavior, spec.action_spec.empty_action(len(d) + 1))
+        with pytest.raises(IndexError, match="did not request a decision"):
+            env.set_action_for_agent(behavior, 10**6, spec.action_spec.empty_action(1))
+        env.set_actions(behavior, random_actions(env, behavior, d, rng))
+        env.step()
+    assert seen_terminal
+    env.close()
+    with pytest.raises(UnityEnvironmentException, match="closed"):
+        env.step()
+
+
+@pytest.mark.parametrize("name", [s for s in SCENES if s != "Ball3D"])
+def test_discrete_actions_out_of_range_are_refused(name):
+    behavior = BEHAVIORS[name]
+    env = make_scene(name, **SMALL[name])
+    env.reset()
+    n = len(env.get_steps(behavior)[0])
+    bad = np.full((n, 1), 99, dtype=np.int32)
+    with pytest.raises(UnityActionException, match=r"\[0, branch size\)"):
+        env.set_actions(behavior, ActionTuple(discrete=bad))
+
+
+@pytest.mark.parametrize("name", SCENES)
+def test_same_seed_same_actions_identical_steps(name):
+    behavior = BEHAVIORS[name]
+    a, b, c = (make_scene(name, seed=s, **SMALL[name]) for s in (7, 7, 8))
+    steps_a = list(run(a, behavior, "random", 200, seed=1))
+    steps_b = list(run(b, behavior, "random", 200, seed=1))
+    for x, y in zip(steps_a, steps_b):
+        assert_steps_equal(x, y)
+    first_c = next(run(c, behavior, "random", 1))
+    assert not all(np.array_equal(x, y) for x, y in zip(steps_a[0][0].obs, first_c[0].obs))
+    # reseed (what the player does with the handshake seed) == a fresh scene with that seed
+    c.reseed(7)
+    for x, y in zip(steps_a[:50], run(c, behavior, "random", 50, seed=1)):
+        assert_steps_equal(x, y)
+
+
+@pytest.mark.parametrize("name", SCENES)
+@pytest.mark.parametrize("stable", [False, True])
+def test_agent_ids_per_episode(name, stable):
+    """Default: a new id for every episode (older Unity); stable_agent_ids keeps one id per agent."""
+    behavior = BEHAVIORS[name]
+    env = make_scene(name, seed=0, stable_agent_ids=stable, **SMALL[name])
+    all_ids, ended = set(), set()
+    for d, t in run(env, behavior, "random", 300):
+        ended |= set(t.agent_id.tolist())
+        all_ids |= set(d.agent_id.tolist()) | set(t.agent_id.tolist())
+        if not stable:
+            assert not set(d.agent_id.tolist()) & ended  # an ended episode's id never asks again
+    assert ended
+    if stable:
+        assert all_ids == set(range(env.num_agents))
+    else:
+        assert len(all_ids) > env.num_agents
+
+
+@pytest.mark.parametrize("name", SCENES)
+def test_interrupted_on_max_steps(name):
+    behavior = BEHAVIORS[name]
+    params = {**SMALL[name], "max_steps": 10 if name == "Ball3D" else 4}
+    env = make_scene(name, seed=0, **params)
+    interrupted = []
+    for _d, t in run(env, behavior, "expert", 12):
+        interrupted += t.interrupted.tolist()
+    assert interrupted and all(interrupted)
+
+
+@pytest.mark.parametrize("name", SCENES)
+def test_expert_beats_random(name):
+    behavior = BEHAVIORS[name]
+    budget = {"Ball3D": 1100, "GridWorld": 400, "Escape": 500, "PyramidsLite": 500}[name]
+    params = {"Ball3D": {"num_agents": 4}}.get(name, {})
+    expert = episode_returns(make_scene(name, seed=1, **params), behavior, "expert", budget)
+    random = episode_returns(make_scene(name, seed=1, **params), behavior, "random", budget)
+    assert len(expert) >= 4 and len(random) >= 4
+    threshold = {"Ball3D": 90.0, "GridWorld": 0.5, "Escape": 0.8, "PyramidsLite": 1.5}[name]
+    assert np.mean(expert) >= threshold
+    assert np.mean(random) < threshold - (60 if name == "Ball3D" else 0.4)
+
+
+# ------------------------------------------------------------------------------------------- Ball3D
+
+
+def test_ball3d_layout_and_decision_period():
+    env = make_scene("Ball3D", seed=0, max_steps=50)
+    assert env.behavior_specs["3DBall?team=0"].observation_specs[0].shape == (8,)
+    assert env.behavior_specs["3DBall?team=0"].action_spec.continuous_size == 2
+    steps = list(run(env, "3DBall?team=0", "expert", 11))
+    # one step() = 5 physics steps: max_steps=50 ends every episode at the 10th step, and the new
+    # episodes ask for a decision in the same step
+    assert all(len(t) == 0 for _d, t in steps[:10])
+    d, t = steps[10]
+    assert len(t) == 12 and t.interrupted.all() and len(d) == 12
+    assert not set(d.agent_id.tolist()) & set(t.agent_id.tolist())
+    np.testing.assert_allclose(t.reward, 0.1)
+    np.testing.assert_allclose(steps[3][0].reward, 0.1)
+    np.testing.assert_array_equal(steps[0][0].reward, 0.0)
+
+
+def test_ball3d_falls_between_decisions_are_reported_alone():
+    """A ball lost mid-interval is reported at the next physics step with no DecisionSteps (as Unity)."""
+    env = make_scene("Ball3D", seed=2, num_agents=12)
+    saw_terminal_only = False
+    for d, t in run(env, "3DBall?team=0", "random", 200):
+        if len(t):
+            np.testing.assert_allclose(t.reward, -1.0)
+            assert not t.interrupted.any()
+        if len(t) and len(d) == 0:
+            saw_terminal_only = True
+    assert saw_terminal_only
+
+
+def test_ball3d_actions_only_reach_deciding_agents():
+    env = make_scene("Ball3D", seed=0, num_agents=3)
+    env.reset()
+    d, _ = env.get_steps("3DBall?team=0")
+    env.set_action_for_agent(
+        "3DBall?team=0", int(d.agent_id[1]), ActionTuple(continuous=np.ones((1, 2), np.float32))
+    )
+    env.step()
+    d2, _ = env.get_steps("3DBall?team=0")
+    tilt = np.degrees(2 * np.arcsin(d2.obs[0][:, :2])) - np.degrees(2 * np.arcsin(d.obs[0][:, :2]))
+    np.testing.assert_allclose(tilt[1], [10.0, 10.0], atol=1e-3)  # 5 physics steps x 2 degrees
+    np.testing.assert_allclose(tilt[[0, 2]], 0.0, atol=1e-4)  # missing actions are zeros
+
+
+def _settled_ball(**params) -> np.ndarray:
+    env = make_scene("Ball3D", seed=4, num_agents=2, **params)
+    steps = list(run(env, "3DBall?team=0", "expert", 30))
+    return steps[-1][0].obs[0]
+
+
+def test_ball3d_parameters_change_physics():
+    base = _settled_ball()
+    big = _settled_ball(scale=2.0)
+    assert np.all(big[:, 3] > base[:, 3] + 0.4)  # rest height = top + radius
+    # same tilts from the same start: a heavier ball (less rolling resistance) goes faster
+    light, heavy = (make_scene("Ball3D", seed=5, num_agents=4, mass=m) for m in (0.5, 5.0))
+    last = [list(run(env, "3DBall?team=0", "expert", 20))[-1][0].obs[0] for env in (light, heavy)]
+    assert not np.allclose(last[0][:, 5:], last[1][:, 5:])
+
+
+def test_ball3d_environment_parameters_in_process():
+    params = EnvironmentParametersChannel()
+    stats = StatsSideChannel()
+    engine = EngineConfigurationChannel()
+    env = make_scene("Ball3D", seed=4, num_agents=2, side_channels=[params, stats, engine])
+    params.set_float_parameter("scale", 2.0)
+    params.set_uniform_sampler_parameters("mass", 3.0, 4.0, seed=9)
+    engine.set_configuration_parameters(time_scale=20.0, width=64, height=48)
+    settled = list(run(env, "3DBall?team=0", "expert", 30))[-1][0].obs[0]
+    np.testing.assert_allclose(settled[:, 3], _settled_ball(scale=2.0)[:, 3])
+    assert env.side_channels.engine_config.time_scale == 20.0
+    assert (env.side_channels.engine_config.width, env.side_channels.engine_config.height) == (64, 48)
+    reported = stats.get_and_reset_stats()
+    masses = [v for v, _ in reported["Environment/BallMass"]]
+    assert len(masses) == 2 and all(3.0 <= m <= 4.0 for m in masses)
+    assert reported["Environment/BallScale"] == [(2.0, StatsAggregationMethod.AVERAGE)] * 2
+
+
+# -------------------------------------------------------------------------------------- side channels
+
+
+def test_side_channel_codec_round_trip():
+    params, engine = EnvironmentParametersChannel(), EngineConfigurationChannel()
+    params.set_float_parameter("mass", 2.5)
+    params.set_uniform_sampler_parameters("scale", 0.5, 1.5, seed=1)
+    params.set_gaussian_sampler_parameters("gravity", 9.0, 0.1, seed=2)
+    params.set_multirangeuniform_sampler_parameters("size", [(1.0, 2.0), (5.0, 6.0)], seed=3)
+    engine.set_configuration_parameters(quality_level=3, target_frame_rate=30, capture_frame_rate=50)
+    blob = bytes(SideChannelManager([params, engine]).generate_side_channel_messages())
+    unity = UnitySideChannels()
+    unity.receive(blob)
+    values = unity.environment_parameters
+    assert values["mass"] == 2.5
+    assert isinstance(values["scale"], Sampler) and values["scale"].kind == "uniform"
+    scale = unity.get_with_default("scale", 1.0, 1000)
+    assert scale.min() >= 0.5 and scale.max() <= 1.5 and scale.std() > 0.2
+    assert abs(unity.get_with_default("gravity", 0.0, 1000).mean() - 9.0) < 0.02
+    size = unity.get_with_default("size", 0.0, 1000)
+    assert np.all(((size >= 1) & (size <= 2)) | ((size >= 5) & (size <= 6))) and (size > 3).any()
+    np.testing.assert_array_equal(unity.get_with_default("absent", 7.0, 3), [7.0, 7.0, 7.0])
+    cfg = unity.engine_config
+    assert (cfg.quality_level, cfg.target_frame_rate, cfg.capture_frame_rate) == (3, 30, 50)
+    # same seed => same samples, as Unity's seeded samplers
+    again = UnitySideChannels()
+    again.receive(blob)
+    np.testing.assert_array_equal(again.get_with_default("scale", 1.0, 1000), scale)
+    # stats Unity -> Python
+    unity.add_stat("Scene/Success", 1.0, StatsAggregationMethod.AVERAGE)
+    unity.add_stat("Scene/Count", 3.0, StatsAggregationMethod.SUM)
+    stats = StatsSideChannel()
+    SideChannelManager([stats]).process_side_channel_message(unity.drain())
+    assert stats.get_and_reset_stats() == {
+        "Scene/Success": [(1.0, StatsAggregationMethod.AVERAGE)],
+        "Scene/Count": [(3.0, StatsAggregationMethod.SUM)],
+    }
+    assert unity.drain() == b""
+    messages = [(STATS_CHANNEL_ID, b"abc"), (uuid.uuid4(), b"")]
+    assert split_messages(pack_messages(messages)) == messages
+
+
+@pytest.mark.parametrize("cut", [5, 19, 21])
+def test_truncated_side_channel_data_is_a_clear_error(cut):
+    blob = pack_messages([(STATS_CHANNEL_ID, b"abcdef")])
+    with pytest.raises(UnitySideChannelException, match=r"truncated|declares"):
+        split_messages(blob[:cut])
+
+
+def test_player_side_methods_on_scene():
+    """What the stand-in player calls: receive_side_channel_data / drain_side_channel_data."""
+    params = EnvironmentParametersChannel()
+    params.set_float_parameter("mass", 2.0)
+    env = make_scene("Ball3D", seed=0, num_agents=2)
+    env.receive_side_channel_data(bytes(SideChannelManager([params]).generate_side_channel_messages()))
+    env.reset()
+    stats = StatsSideChannel()
+    SideChannelManager([stats]).process_side_channel_message(env.drain_side_channel_data())
+    assert stats.get_and_reset_stats()["Environment/BallMass"] == [(2.0, StatsAggregationMethod.AVERAGE)] * 2
+    assert env.drain_side_channel_data() == b""
