@@ -549,7 +549,7 @@ class EnvironmentParameters:
     def behaviors(self) -> set[str]:
         """Behaviors named by some completion criteria."""
         return {
-            lesson.completion_criteria.behavior
+            _brain_name(lesson.completion_criteria.behavior)
             for p in self.parameters.values()
             for lesson in p.lessons
             if lesson.completion_criteria is not None
@@ -565,7 +565,9 @@ class EnvironmentParameters:
             for p in self.parameters.values()
             for lesson in p.lessons
             if lesson.completion_criteria is not None
-            and (behavior is None or lesson.completion_criteria.behavior == behavior)
+            and (
+                behavior is None or _brain_name(lesson.completion_criteria.behavior) == _brain_name(behavior)
+            )
         ]
         return max([1, *sizes])
 
@@ -589,7 +591,8 @@ class EnvironmentParameters:
 
         :param progress: training progress in [0, 1], one value or one per behavior.
         :param rewards: cumulative rewards of recent finished episodes, one sequence or one per
-            behavior. Criteria of a behavior missing from a mapping are not evaluated.
+            behavior (keyed without ``?team=``). Criteria of a behavior missing from a mapping
+            are not evaluated.
         :return: ``(updated, must_reset)``: whether some lesson changed, and whether a lesson
             that ended asks for an environment reset.
         """
@@ -599,16 +602,17 @@ class EnvironmentParameters:
             criteria = parameter.lessons[number].completion_criteria
             if criteria is None or number + 1 >= len(parameter.lessons):
                 continue
+            brain = _brain_name(criteria.behavior)
             if isinstance(progress, Mapping):
-                if criteria.behavior not in progress:
+                if brain not in progress:
                     continue
-                behavior_progress = float(progress[criteria.behavior])
+                behavior_progress = float(progress[brain])
             else:
                 behavior_progress = float(progress)
             if isinstance(rewards, Mapping):
-                if criteria.behavior not in rewards:
+                if brain not in rewards:
                     continue
-                behavior_rewards = list(rewards[criteria.behavior])
+                behavior_rewards = list(rewards[brain])
             else:
                 behavior_rewards = list(rewards)
             increment, self.smoothed_values[name] = criteria.need_increment(
@@ -721,6 +725,11 @@ def find_channels(training_env: Any) -> list[UnityChannels]:
     return result
 
 
+def _brain_name(behavior: str | None) -> str | None:
+    """``"3DBall?team=0"`` -> ``"3DBall"``: completion criteria name behaviors without the team."""
+    return None if behavior is None else behavior.partition("?")[0]
+
+
 def _as_channel_list(channels: UnityChannels | Sequence[UnityChannels] | None) -> list[UnityChannels] | None:
     if channels is None:
         return None
@@ -792,6 +801,7 @@ class CurriculumCallback(BaseCallback):
             self.parameters = stored[0]
         if self.behavior_name is None:
             self.behavior_name = self._env_behavior_name()
+        self.behavior_name = _brain_name(self.behavior_name)
         self.reward_buffer = deque(maxlen=self.parameters.reward_buffer_size(self.behavior_name))
         self._running_returns = np.zeros(self.training_env.num_envs, dtype=np.float64)
         if self.behavior_name is not None:
@@ -829,7 +839,7 @@ class CurriculumCallback(BaseCallback):
         if rewards is not None:
             self._running_returns += np.asarray(rewards, dtype=np.float64).reshape(-1)[: len(infos)]
         for i, info in enumerate(infos):
-            name = info.get("behavior_name")
+            name = _brain_name(info.get("behavior_name"))
             episode = info.get("episode")
             done = bool(dones[i]) if dones is not None else episode is not None
             if done or episode is not None:

@@ -80,3 +80,44 @@ class UnityPortInUseError(UnityWorkerInUseException):
 
 class UnityConfigurationError(UnityEnvironmentException, ValueError):
     """Bad user input: unknown behavior, missing executable, bad option or parameter."""
+
+
+class UnityExecutableError(UnityEnvironmentException):
+    """The Unity build to launch is missing or cannot be run.
+
+    :param path: the path that was asked for.
+    :param detail: what is wrong and what to do.
+    :param candidates: builds found nearby, listed in the message.
+    """
+
+    def __init__(self, path: str, detail: str, candidates: list[str] | None = None) -> None:
+        self.path = path
+        self.candidates = list(candidates or [])
+        message = detail
+        if self.candidates:
+            shown = self.candidates[:10]
+            more = len(self.candidates) - len(shown)
+            message += (
+                " Found nearby: " + ", ".join(shown) + (f" (and {more} more)" if more > 0 else "") + "."
+            )
+        super().__init__(message)
+
+
+class UnityExecutableNotFoundError(UnityExecutableError, FileNotFoundError):
+    """No Unity build at the given path."""
+
+
+class UnityVersionError(UnityEnvironmentException):
+    """Unity speaks a communication protocol version this Python side does not."""
+
+    def __init__(self, python_version: str, unity_version: str, package_version: str = "") -> None:
+        self.python_version = python_version
+        self.unity_version = unity_version
+        self.package_version = package_version
+        package = f" (com.unity.ml-agents {package_version})" if package_version else ""
+        super().__init__(
+            f"Unity's communication version {unity_version}{package} is not compatible with this "
+            f"Python side's {python_version}: the major versions must match. Use a Unity project "
+            f"with an ML-Agents package whose communication version is {python_version.split('.')[0]}.x "
+            "(com.unity.ml-agents 2.0 and later speak 1.5.0)."
+        )
