@@ -1,0 +1,330 @@
+"""GAIL (Ho & Ermon 2016), with the optional VAIL bottleneck (Peng et al. 2018), as ML-Agents does it.
+
+A discriminator D(s[, a, done]) in (0, 1) learns to tell expert transitions (D -> 1) from the
+policy's (D -> 0); the reward is ``-log(1 - D)``, large where the policy looks like the expert.
+Loss: ``-log D(expert) - log(1 - D(policy))`` + ``10 *`` a gradient penalty (the gradient norm
+of D at random interpolations of expert and policy inputs is pushed towards 1), and with
+``use_vail`` a 128-unit stochastic bottleneck whose KL to N(0, 1) is held near 0.5 by an
+adaptive multiplier beta. The action input (``use_actions``) also carries the done flag.
+
+Expert data come from ``demo_path`` (``.demo`` files read by :func:`unity_sb3.load_demo`) or from
+``demonstrations``: a ``Demonstration``, a tuple ``(observations, actions[, dones])`` or a dict
+with those keys, observations laid out as the algorithm's observation space gives them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import numpy as np
+import torch as th
+from gymnasium import spaces
+from torch import nn
+
+from unity_sb3.algorithms.common import RewardSignalConfigError
+from unity_sb3.algorithms.reward_signals.base import RewardSignal, SignalBatch, _as_tensor, masked_mean
+from unity_sb3.algorithms.reward_signals.networks import ObservationEncoder
+
+
+class ExpertData:
+    """Expert transitions as arrays in the algorithm's spaces.
+
+    :param observations: ``(n, *obs_shape)`` array, or a dict of those for ``Dict`` spaces.
+    :param actions: ``(n, ...)`` actions (indices for discrete spaces).
+    :param dones: ``(n,)`` episode ends; zeros when not given.
+    """
+
+    def __init__(self, observations: Any, actions: Any, dones: Any = None) -> None:
+        self.observations = observations
+        self.actions = np.asarray(actions)
+        self.n = int(self.actions.shape[0])
+        self.dones = (
+            np.zeros(self.n, np.float32) if dones is None else np.asarray(dones, np.float32).reshape(-1)
+        )
+        sizes = (
+            {k: len(v) for k, v in observations.items()}
+            if isinstance(observations, dict)
+            else {"": len(observations)}
+        )
+        if self.n == 0 or any(size != self.n for size in sizes.values()) or len(self.dones) != self.n:
+            raise RewardSignalConfigError(
+                f"GAIL expert data: observations ({sizes}), actions ({self.n}) and dones ({len(self.dones)}) "
+                "must have the same non-zero number of rows."
+            )
+
+
+def _unity_obs_to_space(obs: Any, observation_space: spaces.Space) -> Any:
+    """Observations from a demo (a list of arrays in Unity layout, or already a batch) -> space layout."""
+    if isinstance(observation_space, spaces.Dict):
+        if isinstance(obs, Mapping):
+            return {k: _unity_obs_to_space(obs[k], observation_space[k]) for k in observation_space.spaces}
+        if isinstance(obs, (list, tuple)) and len(obs) == len(observation_space.spaces):
+            # Unity gives one array per observation spec, in spec order; the Dict keeps that order
+            return {k: _unity_obs_to_space(o, s) for (k, s), o in zip(observation_space.spaces.items(), obs)}
+        raise RewardSignalConfigError(
+            f"GAIL expert observations do not match the Dict observation space {observation_space}."
+        )
+    if isinstance(obs, (list, tuple)):
+        if len(obs) != 1:
+            arrays = [np.asarray(o).reshape(len(o), -1) for o in obs]
+            obs = np.concatenate(arrays, axis=1)  # flat vector layout (flatten_obs=True in the wrappers)
+        else:
+            obs = obs[0]
+    obs = np.asarray(obs)
+    shape = tuple(observation_space.shape or ())
+    if obs.shape[1:] == shape:
+        if observation_space.dtype == np.uint8 and obs.dtype != np.uint8:
+            obs = np.clip(np.rint(obs * 255.0), 0, 255).astype(np.uint8)
+        return obs
+    if len(shape) == 3 and obs.ndim == 4 and obs.shape[1:] == (shape[1], shape[2], shape[0]):
+        # Unity HWC floats in [0, 1] -> channel-first uint8 as the wrappers offer images
+        obs = np.transpose(obs, (0, 3, 1, 2))
+        if observation_space.dtype == np.uint8:
+            obs = np.clip(np.rint(obs * 255.0), 0, 255).astype(np.uint8)
+        return obs
+    if obs.ndim >= 2 and int(np.prod(obs.shape[1:])) == int(np.prod(shape)):
+        return obs.reshape(len(obs), *shape)
+    raise RewardSignalConfigError(
+        f"GAIL expert observations have shape {obs.shape[1:]} per row; the observation space wants {shape}. "
+        "Record the demo from the same scene/behavior, or pass arrays in the space's layout."
+    )
+
+
+def _demo_actions(demo_actions: Any, action_space: spaces.Space) -> np.ndarray:
+    actions = np.asarray(demo_actions)
+    if isinstance(action_space, spaces.Discrete):
+        return actions.reshape(len(actions), 1).astype(np.int64)
+    if isinstance(action_space, (spaces.MultiDiscrete, spaces.MultiBinary)):
+        return actions.reshape(len(actions), -1).astype(np.int64)
+    return actions.reshape(len(actions), -1).astype(np.float32)
+
+
+def _from_demonstration(demo: Any, observation_space: spaces.Space, action_space: spaces.Space) -> ExpertData:
+    transitions = demo.transitions()
+    if isinstance(transitions, tuple):
+        obs, acts = transitions[0], transitions[1]
+        dones = transitions[4] if len(transitions) > 4 else None
+    else:
+        obs = getattr(transitions, "obs", None)
+        if obs is None:
+            obs = transitions.observations
+        acts = getattr(transitions, "acts", None)
+        if acts is None:
+            acts = transitions.actions
+        dones = getattr(transitions, "dones", None)
+    if isinstance(acts, tuple):  # (continuous, discrete)
+        continuous, discrete = acts
+        acts = continuous if isinstance(action_space, spaces.Box) else discrete
+    return ExpertData(_unity_obs_to_space(obs, observation_space), _demo_actions(acts, action_space), dones)
+
+
+def load_expert_data(
+    settings: dict, observation_space: spaces.Space, action_space: spaces.Space
+) -> ExpertData:
+    """Expert data for GAIL from ``settings["demonstrations"]`` or ``settings["demo_path"]``."""
+    data = settings.get("demonstrations")
+    if data is None:
+        from unity_sb3.unity.demo import load_demo  # lazy: the demo module reads protobuf files
+
+        data = load_demo(settings["demo_path"])
+    if isinstance(data, ExpertData):
+        return data
+    if hasattr(data, "transitions"):
+        return _from_demonstration(data, observation_space, action_space)
+    if isinstance(data, Mapping):
+        obs = data["observations"]
+        return ExpertData(
+            _unity_obs_to_space(obs, observation_space),
+            _demo_actions(data["actions"], action_space),
+            data.get("dones"),
+        )
+    if isinstance(data, (tuple, list)) and len(data) in (2, 3):
+        dones = data[2] if len(data) == 3 else None
+        return ExpertData(
+            _unity_obs_to_space(data[0], observation_space), _demo_actions(data[1], action_space), dones
+        )
+    raise RewardSignalConfigError(
+        "GAIL 'demonstrations' must be a Demonstration, a tuple (observations, actions[, dones]) or a dict "
+        f"with those keys; got {type(data).__name__}."
+    )
+
+
+class GAILSignal(RewardSignal):
+    """GAIL reward signal; settings as ML-Agents' ``gail`` plus ``demonstrations`` for in-memory data."""
+
+    name: ClassVar[str] = "gail"
+    ignore_done: ClassVar[bool] = False
+    gradient_penalty_weight: ClassVar[float] = 10.0
+    z_size: ClassVar[int] = 128
+    beta_step: ClassVar[float] = 0.0005
+    mutual_information: ClassVar[float] = 0.5
+    epsilon: ClassVar[float] = 1e-7
+
+    def __init__(
+        self,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        settings: dict,
+        device: th.device | str = "auto",
+        expert: ExpertData | None = None,
+    ) -> None:
+        super().__init__(observation_space, action_space, settings, device)
+        self.use_actions = bool(settings["use_actions"])
+        self.use_vail = bool(settings["use_vail"])
+        extra = self.action_flattener.flattened_size + 1 if self.use_actions else 0
+        self.encoder = ObservationEncoder(observation_space, settings["network_settings"], extra_inputs=extra)
+        h = self.encoder.output_size
+        if self.use_vail:
+            self.z_mu = nn.Linear(h, self.z_size)
+            nn.init.kaiming_normal_(self.z_mu.weight)
+            self.z_mu.weight.data *= 0.1
+            nn.init.zeros_(self.z_mu.bias)
+            self.z_sigma = nn.Parameter(th.ones(self.z_size))
+            self.register_buffer("beta", th.tensor(0.0))
+            h = self.z_size
+        self.estimator = nn.Linear(h, 1)
+        nn.init.xavier_uniform_(self.estimator.weight, gain=0.2)
+        nn.init.zeros_(self.estimator.bias)
+        self.to(self.device)
+        self.optimizer = th.optim.Adam(self.parameters(), lr=settings["learning_rate"])
+        # loaded on first use, so a saved model loads (e.g. for inference) without its demo files
+        self._expert = expert
+        self._expert_tensors: tuple[Any, th.Tensor, th.Tensor] | None = None
+
+    @property
+    def expert(self) -> ExpertData:
+        """The expert transitions (read from ``demo_path`` / ``demonstrations`` on first access)."""
+        if self._expert is None:
+            self._expert = load_expert_data(self.settings, self.observation_space, self.action_space)
+        return self._expert
+
+    def _expert_on_device(self) -> tuple[Any, th.Tensor, th.Tensor]:
+        if self._expert_tensors is None:
+            expert = self.expert
+            self._expert_tensors = (
+                _as_tensor(expert.observations, self.device),
+                _as_tensor(expert.actions, self.device).reshape(expert.n, -1),
+                _as_tensor(expert.dones, self.device, th.float32),
+            )
+        return self._expert_tensors
+
+    def _extra(self, actions: th.Tensor, dones: th.Tensor | None) -> th.Tensor | None:
+        if not self.use_actions:
+            return None
+        if dones is None:
+            dones = th.zeros(actions.shape[0], device=actions.device)
+        return th.cat([self.action_flattener(actions), dones.reshape(-1, 1).float()], dim=1)
+
+    def _estimate_from_hidden(self, hidden: th.Tensor, noise: bool) -> tuple[th.Tensor, th.Tensor | None]:
+        mu = None
+        if self.use_vail:
+            mu = self.z_mu(hidden)
+            hidden = mu + th.randn_like(mu) * self.z_sigma if noise else mu
+        return th.sigmoid(self.estimator(hidden)).squeeze(1), mu
+
+    def estimate(self, batch: SignalBatch, noise: bool = False) -> tuple[th.Tensor, th.Tensor | None]:
+        """``(D(batch), z_mu)``: the probability that each transition is the expert's, ``(batch,)``."""
+        hidden = self.encoder(batch.observations, self._extra(batch.actions, batch.dones))
+        return self._estimate_from_hidden(hidden, noise)
+
+    def _reward(self, batch: SignalBatch) -> th.Tensor:
+        estimate, _ = self.estimate(batch, noise=False)
+        return -th.log(1.0 - estimate * (1.0 - self.epsilon))
+
+    def sample_expert(self, n: int) -> SignalBatch:
+        """``n`` expert transitions drawn uniformly with replacement."""
+        obs, actions, dones = self._expert_on_device()
+        idx = th.randint(0, self.expert.n, (n,), device=self.device)
+        sampled = {k: v[idx] for k, v in obs.items()} if isinstance(obs, dict) else obs[idx]
+        return SignalBatch(sampled, actions[idx], sampled, dones[idx], None)
+
+    def _gradient_penalty(self, policy: SignalBatch, expert: SignalBatch) -> th.Tensor:
+        def mix(a: th.Tensor, b: th.Tensor) -> th.Tensor:
+            a, b = a.float(), b.float()
+            eps = th.rand(a.shape, device=a.device)
+            return (eps * a + (1 - eps) * b).detach().requires_grad_(True)
+
+        if isinstance(policy.observations, dict):
+            obs = {k: mix(policy.observations[k], expert.observations[k]) for k in policy.observations}
+            obs_inputs = list(obs.values())
+        else:
+            obs = mix(policy.observations, expert.observations)
+            obs_inputs = [obs]
+        extra = None
+        inputs = obs_inputs
+        if self.use_actions:
+            extra = mix(self._extra(policy.actions, policy.dones), self._extra(expert.actions, expert.dones))
+            inputs = [*obs_inputs, extra]
+        # images are interpolated as floats; the encoder scales uint8 images, so pre-scale them here
+        hidden = self.encoder.dense(
+            th.cat(self._encode_float(obs) + ([extra] if extra is not None else []), dim=1)
+        )
+        estimate, _ = self._estimate_from_hidden(hidden, noise=True)
+        gradients = th.autograd.grad(estimate.sum(), inputs, create_graph=True)
+        squared = sum(g.reshape(g.shape[0], -1).pow(2).sum(dim=1) for g in gradients)
+        norm = th.sqrt(squared + self.epsilon)
+        return ((norm - 1.0) ** 2).mean()
+
+    def _encode_float(self, obs: Any) -> list[th.Tensor]:
+        # like ObservationEncoder._inputs, but on already-float inputs that keep their graph
+        enc = self.encoder
+        obs_dict = obs if isinstance(obs, dict) else {"": obs}
+        parts = []
+        for key in enc._keys:
+            name = key or "obs"
+            space = enc._subspaces[key]
+            x = obs_dict[key]
+            if isinstance(space, spaces.Box) and space.dtype == np.uint8:
+                x = x / 255.0
+            elif isinstance(space, (spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)):
+                from stable_baselines3.common.preprocessing import preprocess_obs
+
+                x = preprocess_obs(x.round().long(), space)  # interpolation is meaningless for indices
+            x = enc.processors[name](x.float())
+            if name in enc.normalizers:
+                x = enc.normalizers[name](x)
+            parts.append(x)
+        return parts
+
+    def _update(self, batch: SignalBatch) -> dict[str, float]:
+        n = batch.actions.shape[0]
+        expert = self.sample_expert(n)
+        if len(self.encoder.normalizers) > 0:  # ML-Agents normalises with the expert's statistics
+            with th.no_grad():
+                self.encoder._inputs(expert.observations, update_normalization=True)
+        policy_estimate, policy_mu = self.estimate(batch, noise=True)
+        expert_estimate, expert_mu = self.estimate(expert, noise=True)
+        # the policy term is masked (placeholder steps excluded); expert data are all real
+        discriminator_loss = -(
+            th.log(expert_estimate + self.epsilon).mean()
+            + masked_mean(th.log(1.0 - policy_estimate + self.epsilon), batch.weights)
+        )
+        loss = discriminator_loss
+        stats = {
+            "loss": discriminator_loss.item(),
+            "policy_estimate": masked_mean(policy_estimate, batch.weights).item(),
+            "expert_estimate": expert_estimate.mean().item(),
+        }
+        if self.use_vail:
+            kl = th.mean(
+                -th.sum(
+                    1 + th.log(self.z_sigma**2) - 0.5 * expert_mu**2 - 0.5 * policy_mu**2 - self.z_sigma**2,
+                    dim=1,
+                )
+            )
+            loss = loss + self.beta.item() * (kl - self.mutual_information)
+            with th.no_grad():
+                self.beta.copy_(
+                    th.clamp(self.beta + self.beta_step * (kl - self.mutual_information), min=0.0)
+                )
+            stats["kl_loss"] = kl.item()
+            stats["beta"] = self.beta.item()
+        if self.gradient_penalty_weight > 0:
+            penalty = self.gradient_penalty_weight * self._gradient_penalty(batch, expert)
+            loss = loss + penalty
+            stats["gradient_penalty"] = penalty.item()
+        self.optimizer.zero_grad()
+        loss.backward()
+        self.optimizer.step()
+        return stats
