@@ -1,0 +1,180 @@
+"""Hand-worked cases for POCA's targets (``unity_sb3.algorithms.poca.buffers``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from unity_sb3.algorithms.poca.buffers import compute_poca_returns, group_mates, transition_owners
+
+
+def _returns(
+    rewards,
+    active,
+    dones,
+    keys,
+    values,
+    *,
+    group_rewards=None,
+    truncated=None,
+    terminal_values=None,
+    last_values=None,
+    last_active=None,
+    last_keys=None,
+    gamma=0.9,
+    lam=1.0,
+    share=True,
+):
+    rewards = np.asarray(rewards, dtype=np.float32)
+    shape = rewards.shape
+    zeros = np.zeros(shape, dtype=np.float32)
+    m = shape[1]
+    return compute_poca_returns(
+        rewards,
+        zeros if group_rewards is None else np.asarray(group_rewards, dtype=np.float32),
+        np.asarray(dones, dtype=bool),
+        np.zeros(shape, dtype=bool) if truncated is None else np.asarray(truncated, dtype=bool),
+        np.asarray(active, dtype=bool),
+        np.asarray(keys, dtype=np.int64),
+        np.asarray(values, dtype=np.float32),
+        zeros if terminal_values is None else np.asarray(terminal_values, dtype=np.float32),
+        np.zeros(m, dtype=np.float32) if last_values is None else np.asarray(last_values, dtype=np.float32),
+        np.zeros(m, dtype=bool) if last_active is None else np.asarray(last_active, dtype=bool),
+        np.zeros(m, dtype=np.int64) if last_keys is None else np.asarray(last_keys, dtype=np.int64),
+        gamma,
+        lam,
+        share,
+    )
+
+
+@pytest.mark.parametrize(
+    ("lam", "expected"),
+    [(1.0, [2.62, 1.8, 2.0]), (0.5, [2.9125, 2.25, 2.0])],
+)
+def test_single_agent_episode_td_lambda(lam, expected):
+    # G2 = 2 (terminal); G1 = 0 + .9((1-l) V2 + l G2); G0 = 1 + .9((1-l) V1 + l G1)
+    returns, _ = _returns(
+        [[1.0], [0.0], [2.0]], [[1], [1], [1]], [[0], [0], [1]], [[-1]] * 3, [[1.0], [2.0], [3.0]], lam=lam
+    )
+    np.testing.assert_allclose(returns[:, 0], expected, rtol=1e-6)
+
+
+def test_rollout_end_bootstraps_from_last_group_value():
+    returns, _ = _returns(
+        [[1.0], [1.0]], [[1], [1]], [[0], [0]], [[-1], [-1]], [[0.0], [0.0]],
+        last_values=[10.0], last_active=[True], last_keys=[-1],
+    )  # fmt: skip
+    np.testing.assert_allclose(returns[:, 0], [1 + 0.9 * 10.0, 1 + 0.9 * 10.0])
+
+
+@pytest.mark.parametrize(("lam", "expected"), [(1.0, 0.9), (0.5, 0.54)])
+def test_agent_dying_mid_episode_gets_posthumous_credit(lam, expected):
+    # Two agents, one group (key 7). Slot 0 dies at t=0 (not truncated); slot 1 lives on, and at
+    # t=1 the group gets +1 and ends. V(group at t=1) = 0.2.
+    returns, _ = _returns(
+        rewards=[[0.0, 0.0], [0.0, 0.0]],
+        group_rewards=[[0.0, 0.0], [0.0, 1.0]],
+        active=[[1, 1], [0, 1]],
+        dones=[[1, 0], [0, 1]],
+        keys=[[7, 7], [7, 7]],
+        values=[[0.5, 0.5], [0.0, 0.2]],
+        lam=lam,
+    )
+    # slot 1: G1 = 1; G0 = .9((1-l) .2 + l 1). The dead slot 0 continues with the group's
+    # value/return at t=1, so its target equals its groupmate's.
+    assert returns[1, 1] == pytest.approx(1.0)
+    assert returns[0, 1] == pytest.approx(expected)
+    assert returns[0, 0] == pytest.approx(expected)
+
+
+def test_dead_agent_bootstraps_from_group_value_at_rollout_end():
+    returns, _ = _returns(
+        rewards=[[0.0, 0.0]], active=[[1, 1]], dones=[[1, 0]], keys=[[3, 3]], values=[[1.0, 1.0]],
+        last_values=[0.0, 4.0], last_active=[False, True], last_keys=[0, 3],
+    )  # fmt: skip
+    assert returns[0, 0] == pytest.approx(0.9 * 4.0)
+    assert returns[0, 1] == pytest.approx(0.9 * 4.0)
+
+
+def test_whole_group_end_zeroes_bootstrap_even_if_group_id_is_reused():
+    # Both members end at t=0; at t=1 a new group episode reuses key 7 with large values.
+    returns, _ = _returns(
+        rewards=[[1.0, 0.0], [0.0, 0.0]],
+        active=[[1, 1], [1, 1]],
+        dones=[[1, 1], [0, 0]],
+        keys=[[7, 7], [7, 7]],
+        values=[[0.0, 0.0], [100.0, 100.0]],
+        last_values=[100.0, 100.0], last_active=[True, True], last_keys=[7, 7],
+    )  # fmt: skip
+    np.testing.assert_allclose(returns[0], [1.0, 1.0])  # shared individual reward, no bootstrap
+
+
+@pytest.mark.parametrize("lam", [1.0, 0.5])
+def test_truncated_group_bootstraps_from_terminal_group_value(lam):
+    returns, _ = _returns(
+        rewards=[[0.0, 0.0], [0.0, 0.0]],
+        active=[[1, 1], [1, 1]],
+        dones=[[0, 0], [1, 1]],
+        truncated=[[0, 0], [1, 1]],
+        terminal_values=[[0.0, 0.0], [5.0, 5.0]],
+        keys=[[2, 2], [2, 2]],
+        values=[[1.0, 1.0], [3.0, 3.0]],
+        lam=lam,
+    )
+    np.testing.assert_allclose(returns[1], [4.5, 4.5])
+    g0 = 0.9 * ((1 - lam) * 3.0 + lam * 4.5)
+    np.testing.assert_allclose(returns[0], [g0, g0], rtol=1e-6)
+
+
+def test_terminated_group_does_not_use_terminal_value():
+    returns, _ = _returns(
+        rewards=[[0.0, 0.0]], active=[[1, 1]], dones=[[1, 1]], keys=[[2, 2]], values=[[1.0, 1.0]],
+        terminal_values=[[5.0, 5.0]],
+    )  # fmt: skip
+    np.testing.assert_allclose(returns[0], [0.0, 0.0])
+
+
+@pytest.mark.parametrize(("share", "expected"), [(True, [-1.0, -1.0, 0.0]), (False, [-1.0, 0.0, 0.0])])
+def test_reward_sharing_within_group_only(share, expected):
+    # slots 0 and 1 are one group; slot 2 is alone (its own key)
+    _, team = _returns(
+        rewards=[[-1.0, 0.0, 0.0]], active=[[1, 1, 1]], dones=[[1, 1, 1]], keys=[[4, 4, -3]],
+        values=[[0.0, 0.0, 0.0]], share=share,
+    )  # fmt: skip
+    np.testing.assert_allclose(team[0], expected)
+
+
+def test_group_reward_added_to_each_member():
+    returns, team = _returns(
+        rewards=[[0.5, 0.0]], group_rewards=[[1.0, 1.0]], active=[[1, 1]], dones=[[1, 1]], keys=[[1, 1]],
+        values=[[0.0, 0.0]],
+    )  # fmt: skip
+    np.testing.assert_allclose(team[0], [1.5, 1.5])
+    np.testing.assert_allclose(returns[0], [1.5, 1.5])
+
+
+def test_rewards_between_decisions_belong_to_previous_decision():
+    # active at t=0, waiting (inactive) at t=1 where its reward arrives, decides again at t=2.
+    returns, team = _returns(
+        rewards=[[0.0], [0.5], [1.0]], active=[[1], [0], [1]], dones=[[0], [0], [1]], keys=[[-1]] * 3,
+        values=[[0.0], [0.0], [0.0]],
+    )  # fmt: skip
+    np.testing.assert_allclose(team[:, 0], [0.5, 0.0, 1.0])
+    np.testing.assert_allclose(returns[[0, 2], 0], [0.5 + 0.9 * 1.0, 1.0])
+
+
+def test_inactive_rows_have_no_owner_after_death():
+    owner = transition_owners(
+        np.array([[1], [0], [0], [1]], dtype=bool), np.array([[0], [1], [0], [0]], dtype=bool)
+    )
+    np.testing.assert_array_equal(owner[:, 0], [0, 0, -1, 3])
+
+
+def test_group_mates_pads_to_largest_group():
+    active = np.array([[1, 1, 1, 0], [1, 0, 1, 1]], dtype=bool)
+    keys = np.array([[5, 5, 5, 5], [5, 5, -3, 5]])
+    mates = group_mates(active, keys)
+    assert mates.shape == (2, 4, 2)
+    assert sorted(mates[0, 0].tolist()) == [1, 2]
+    assert mates[1, 2].tolist() == [-1, -1]  # alone
+    assert mates[1, 0].tolist() == [3, -1]

@@ -1,0 +1,19 @@
+"""MA-POCA for cooperative groups of agents on SB3 (see :class:`POCA`)."""
+
+from __future__ import annotations
+
+from unity_sb3.algorithms.poca.buffers import POCARolloutBuffer, compute_poca_returns
+from unity_sb3.algorithms.poca.pettingzoo_adapter import PettingZooVecEnv
+from unity_sb3.algorithms.poca.poca import POCA
+from unity_sb3.algorithms.poca.policies import CnnPolicy, MlpPolicy, MultiInputPolicy, POCAPolicy
+
+__all__ = [
+    "POCA",
+    "CnnPolicy",
+    "MlpPolicy",
+    "MultiInputPolicy",
+    "POCAPolicy",
+    "POCARolloutBuffer",
+    "PettingZooVecEnv",
+    "compute_poca_returns",
+]

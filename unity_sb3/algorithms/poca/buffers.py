@@ -1,0 +1,517 @@
+"""POCA's rollout buffer and its target computation (TD(lambda) returns, posthumous credit).
+
+Layout: like SB3's ``RolloutBuffer``, arrays of shape ``(n_steps, n_envs, ...)``; row ``t`` of
+slot ``i`` is the *transition* that starts from observation ``t``: ``active[t, i]`` says a real
+agent acted from it (``False``: placeholder, excluded from every loss), ``group_keys[t, i]`` its
+group, and ``rewards / group_rewards / dones / truncated[t, i]`` are what ``env.step`` returned
+for that step.
+
+Targets follow ML-Agents' ``poca`` trainer, computed over the whole rollout at once:
+
+- reward of an agent at a step = its group reward + the individual rewards of the whole group
+  (ML-Agents' extrinsic signal with ``add_groupmate_rewards``; ``share_rewards=False`` keeps
+  only the agent's own individual reward);
+- ``G_t = R_t + gamma * ((1 - lambda) * V_next + lambda * G_next)``, with ``V_next, G_next`` taken
+  from the agent's own next decision while it lives;
+- **posthumous credit**: when an agent's episode ends (dies, or is interrupted alone) while its
+  group goes on, ``V_next, G_next`` are the *group's* value and (mean) return at the group's
+  next step, so the dead agent's target includes the group rewards that come after it died;
+- only the end of the whole group episode zeroes the bootstrap; if that end is a truncation
+  (``TimeLimit.truncated``) the target bootstraps from V of the group's terminal observations;
+- at the end of the rollout, the bootstrap is V of the group at the next observation;
+- rewards that arrive on inactive steps (an agent between two decisions) belong to the agent's
+  previous decision; the discount is applied per decision, as ML-Agents does.
+
+Advantage = return - baseline, the baseline being b(own obs, groupmates' obs and actions).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Generator
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch as th
+from gymnasium import spaces
+from stable_baselines3.common.buffers import RolloutBuffer
+from stable_baselines3.common.preprocessing import get_action_dim, get_obs_shape
+
+
+class POCARolloutBufferSamples(NamedTuple):
+    """One minibatch of active transitions with their groupmates at the same step.
+
+    Shapes: B rows, M = largest number of groupmates in the minibatch (may be 0).
+    """
+
+    observations: th.Tensor | dict[str, th.Tensor]  # (B, *obs_shape)
+    actions: th.Tensor  # (B, action_dim)
+    old_values: th.Tensor  # (B,)
+    old_baselines: th.Tensor  # (B,)
+    old_log_prob: th.Tensor  # (B,)
+    advantages: th.Tensor  # (B,)
+    returns: th.Tensor  # (B,)
+    action_masks: th.Tensor | None  # (B, sum of branches) True = allowed
+    mate_observations: th.Tensor | dict[str, th.Tensor]  # (B, M, *obs_shape)
+    mate_actions: th.Tensor  # (B, M, action_dim)
+    mate_mask: th.Tensor  # (B, M) True = present
+
+
+def transition_owners(active: np.ndarray, dones: np.ndarray) -> np.ndarray:
+    """Which decision each step's outcome belongs to.
+
+    :param active: (n_steps, n_envs) bool, a real agent acted from observation t.
+    :param dones: (n_steps, n_envs) bool, the slot's episode ended at step t.
+    :return: (n_steps, n_envs) int: the step of the decision (same slot) whose outcome row t
+        is, or -1 when row t belongs to no live agent (a placeholder after a death).
+    """
+    n_steps, n_envs = active.shape
+    owner = np.full((n_steps, n_envs), -1, dtype=np.int64)
+    current = np.full(n_envs, -1, dtype=np.int64)
+    for t in range(n_steps):
+        current = np.where(active[t], t, current)
+        owner[t] = current
+        current = np.where(dones[t], -1, current)
+    return owner
+
+
+def compute_poca_returns(
+    rewards: np.ndarray,
+    group_rewards: np.ndarray,
+    dones: np.ndarray,
+    truncated: np.ndarray,
+    active: np.ndarray,
+    group_keys: np.ndarray,
+    values: np.ndarray,
+    terminal_values: np.ndarray,
+    last_values: np.ndarray,
+    last_active: np.ndarray,
+    last_group_keys: np.ndarray,
+    gamma: float,
+    gae_lambda: float,
+    share_rewards: bool = True,
+) -> tuple[np.ndarray, np.ndarray]:
+    """TD(lambda) returns with group bootstrapping and posthumous credit (module docstring).
+
+    All ``(n_steps, n_envs)`` arrays follow the buffer layout; entries of inactive rows are ignored.
+
+    :param rewards: individual rewards returned by ``env.step``.
+    :param group_rewards: group rewards returned with them (``infos[i]["group_reward"]``).
+    :param dones: episode of the slot's agent ended at this step.
+    :param truncated: that end was a truncation (``TimeLimit.truncated``).
+    :param active: a real agent acted from this row's observation.
+    :param group_keys: int group code of the row's agent (every agent of a group at one step
+        shares it; an agent without a group has a code no other slot uses).
+    :param values: V of the row's group at its observation.
+    :param terminal_values: for rows whose step ends a truncated group: V of that group's
+        terminal observations (other entries unused).
+    :param last_values: (n_envs,) V of each slot's group at the observation after the rollout.
+    :param last_active: (n_envs,) that observation is a real agent's.
+    :param last_group_keys: (n_envs,) group codes at that observation.
+    :param gamma: discount per decision.
+    :param gae_lambda: lambda of TD(lambda).
+    :param share_rewards: add groupmates' individual rewards (ML-Agents' POCA does).
+    :return: ``(returns, team_rewards)``, both (n_steps, n_envs); ``team_rewards[t, i]`` is
+        the reward credited to the decision at row t (0 on inactive rows).
+    """
+    n_steps, n_envs = rewards.shape
+    active = active.astype(bool)
+    dones = dones.astype(bool)
+    truncated = truncated.astype(bool) & dones
+    owner = transition_owners(active, dones)
+    owned = owner >= 0
+    slots = np.broadcast_to(np.arange(n_envs), (n_steps, n_envs))
+    owner_keys = np.where(owned, group_keys[np.maximum(owner, 0), slots], 0)
+
+    # Reward of each step, credited to the decision that owns it.
+    step_rewards = np.where(owned, rewards, 0.0).astype(np.float64)
+    if share_rewards:
+        shared = np.zeros_like(step_rewards)
+        for t in range(n_steps):
+            cols = np.flatnonzero(owned[t])
+            if cols.size == 0:
+                continue
+            keys, inverse = np.unique(owner_keys[t, cols], return_inverse=True)
+            sums = np.bincount(inverse, weights=step_rewards[t, cols], minlength=keys.size)
+            shared[t, cols] = sums[inverse]
+        step_rewards = shared
+    step_rewards += np.where(owned, group_rewards, 0.0)
+    team_rewards = np.zeros((n_steps, n_envs), dtype=np.float64)
+    rows, cols = np.nonzero(owned)
+    np.add.at(team_rewards, (owner[rows, cols], cols), step_rewards[rows, cols])
+
+    # Last step owned by each decision, and the group fate at every step.
+    end = np.full((n_steps, n_envs), -1, dtype=np.int64)
+    np.maximum.at(end, (owner[rows, cols], cols), rows)
+    alive_keys: list[set[int]] = []
+    truncated_keys: list[set[int]] = []
+    for t in range(n_steps):
+        alive_keys.append(set(owner_keys[t, owned[t] & ~dones[t]].tolist()))
+        truncated_keys.append(set(owner_keys[t, owned[t] & truncated[t]].tolist()))
+
+    returns = np.zeros((n_steps, n_envs), dtype=np.float64)
+    group_value: dict[tuple[int, int], float] = {}
+    group_return: dict[tuple[int, int], float] = {}
+    last_group_value: dict[int, float] = {}
+    for i in np.flatnonzero(last_active):
+        last_group_value.setdefault(int(last_group_keys[i]), float(last_values[i]))
+    group_steps: dict[int, list[int]] = defaultdict(list)  # key -> steps (descending) where it acts
+
+    def next_group(key: int, after: int) -> tuple[float, float] | None:
+        """(V, G) of group ``key`` at its first step after ``after``, or None."""
+        for s in reversed(group_steps.get(key, [])):  # ascending
+            if s > after:
+                return group_value[(s, key)], group_return[(s, key)]
+        if key in last_group_value:
+            return last_group_value[key], last_group_value[key]
+        return None
+
+    for t in reversed(range(n_steps)):
+        for i in np.flatnonzero(active[t]):
+            u, key = end[t, i], int(group_keys[t, i])
+            fallback = float(values[t, i])
+            if not dones[u, i]:
+                s = u + 1
+                if s < n_steps:
+                    v_next, g_next = values[s, i], returns[s, i]
+                elif last_active[i]:
+                    v_next = g_next = last_values[i]
+                else:  # rollout ended while the agent waited between decisions
+                    v_next = g_next = fallback
+            elif key in alive_keys[u]:  # posthumous credit: continue with the group
+                found = next_group(key, u)
+                v_next, g_next = found if found is not None else (fallback, fallback)
+            elif key in truncated_keys[u]:
+                v_next = g_next = terminal_values[u, i]
+            else:
+                v_next = g_next = 0.0
+            returns[t, i] = team_rewards[t, i] + gamma * ((1.0 - gae_lambda) * v_next + gae_lambda * g_next)
+        members = np.flatnonzero(active[t])
+        for key in np.unique(group_keys[t, members]).tolist():
+            in_group = members[group_keys[t, members] == key]
+            group_value[(t, key)] = float(values[t, in_group[0]])
+            group_return[(t, key)] = float(returns[t, in_group].mean())
+            group_steps[key].append(t)
+    return returns.astype(np.float32), team_rewards.astype(np.float32)
+
+
+def group_mates(active: np.ndarray, group_keys: np.ndarray) -> np.ndarray:
+    """Groupmates of every active row at the same step.
+
+    :param active: (n_steps, n_envs) bool.
+    :param group_keys: (n_steps, n_envs) int group codes.
+    :return: (n_steps, n_envs, max_mates) int slot indices of the other active members of the
+        row's group at that step, padded with -1 (max_mates >= 0).
+    """
+    n_steps, n_envs = active.shape
+    lists: dict[tuple[int, int], list[int]] = {}
+    max_mates = 0
+    for t in range(n_steps):
+        members = np.flatnonzero(active[t])
+        if members.size == 0:
+            continue
+        keys = group_keys[t, members]
+        for key in np.unique(keys):
+            group = members[keys == key]
+            max_mates = max(max_mates, group.size - 1)
+            for i in group:
+                lists[(t, int(i))] = [int(j) for j in group if j != i]
+    mates = np.full((n_steps, n_envs, max_mates), -1, dtype=np.int64)
+    for (t, i), others in lists.items():
+        mates[t, i, : len(others)] = others
+    return mates
+
+
+class POCARolloutBuffer(RolloutBuffer):
+    """SB3 ``RolloutBuffer`` extended with what POCA needs: activity, groups, group rewards,
+    truncation, terminal observations, baselines and action masks. Handles ``Box``, image and
+    ``Dict`` observations.
+
+    Use :meth:`add_step` while collecting and :meth:`finalize` after the rollout; then
+    :meth:`get` yields :class:`POCARolloutBufferSamples` over active rows only.
+
+    :param buffer_size: steps per rollout (``n_steps``).
+    :param observation_space: one agent's observation space.
+    :param action_space: one agent's action space.
+    :param device: torch device.
+    :param gae_lambda: lambda of TD(lambda).
+    :param gamma: discount.
+    :param n_envs: number of slots.
+    :param share_rewards: add groupmates' individual rewards to each agent's reward.
+    :param normalize_advantage: normalise advantages over the active rows of each update.
+    """
+
+    def __init__(
+        self,
+        buffer_size: int,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        device: th.device | str = "auto",
+        gae_lambda: float = 1,
+        gamma: float = 0.99,
+        n_envs: int = 1,
+        share_rewards: bool = True,
+        normalize_advantage: bool = True,
+    ):
+        self.share_rewards = share_rewards
+        self.normalize_advantage = normalize_advantage
+        self.mask_dim = (
+            int(np.sum(action_space.nvec))
+            if isinstance(action_space, spaces.MultiDiscrete)
+            else int(action_space.n)
+            if isinstance(action_space, spaces.Discrete)
+            else 0
+        )
+        super().__init__(buffer_size, observation_space, action_space, device, gae_lambda, gamma, n_envs)
+
+    def reset(self) -> None:
+        n, m = self.buffer_size, self.n_envs
+        if isinstance(self.observation_space, spaces.Dict):
+            shapes = get_obs_shape(self.observation_space)
+            self.observations = {  # type: ignore[assignment]
+                key: np.zeros((n, m, *shape), dtype=self.observation_space[key].dtype)
+                for key, shape in shapes.items()
+            }
+        else:
+            self.observations = np.zeros((n, m, *self.obs_shape), dtype=self.observation_space.dtype)
+        self.action_dim = get_action_dim(self.action_space)
+        self.actions = np.zeros((n, m, self.action_dim), dtype=np.float32)
+        for name in ("rewards", "returns", "episode_starts", "values", "log_probs", "advantages"):
+            setattr(self, name, np.zeros((n, m), dtype=np.float32))
+        self.group_rewards = np.zeros((n, m), dtype=np.float32)
+        self.baselines = np.zeros((n, m), dtype=np.float32)
+        self.team_rewards = np.zeros((n, m), dtype=np.float32)
+        self.terminal_values = np.zeros((n, m), dtype=np.float32)
+        self.dones = np.zeros((n, m), dtype=bool)
+        self.truncated = np.zeros((n, m), dtype=bool)
+        self.active = np.zeros((n, m), dtype=bool)
+        self.group_keys = np.zeros((n, m), dtype=np.int64)
+        self.action_masks = np.ones((n, m, self.mask_dim), dtype=bool)
+        self.has_masks = False
+        self.terminal_observations: dict[tuple[int, int], Any] = {}
+        self.mates = np.full((n, m, 0), -1, dtype=np.int64)
+        self.generator_ready = False
+        self.pos = 0
+        self.full = False
+
+    def add(self, *args: Any, **kwargs: Any) -> None:
+        raise NotImplementedError("POCARolloutBuffer is filled with add_step(...), not add(...).")
+
+    def add_step(
+        self,
+        obs: np.ndarray | dict[str, np.ndarray],
+        actions: np.ndarray,
+        log_probs: np.ndarray,
+        rewards: np.ndarray,
+        group_rewards: np.ndarray,
+        dones: np.ndarray,
+        truncated: np.ndarray,
+        active: np.ndarray,
+        group_keys: np.ndarray,
+        episode_starts: np.ndarray | None = None,
+        action_masks: np.ndarray | None = None,
+        terminal_observations: dict[int, Any] | None = None,
+    ) -> None:
+        """Store one step of all slots (see the module docstring for the row convention).
+
+        :param obs: observations the actions were taken from, (n_envs, *obs_shape) or a dict.
+        :param actions: (n_envs, *action_shape) as sampled (unclipped).
+        :param log_probs: (n_envs,).
+        :param rewards: (n_envs,) individual rewards from ``env.step``.
+        :param group_rewards: (n_envs,) group rewards from ``env.step``.
+        :param dones: (n_envs,) bool.
+        :param truncated: (n_envs,) bool, ``TimeLimit.truncated``.
+        :param active: (n_envs,) bool, a real agent acted from ``obs``.
+        :param group_keys: (n_envs,) int group codes of the agents at ``obs``.
+        :param episode_starts: (n_envs,) for SB3 compatibility.
+        :param action_masks: (n_envs, sum of branches) True = allowed, or None.
+        :param terminal_observations: slot -> terminal observation, for slots done this step.
+        """
+        pos = self.pos
+        if isinstance(self.observations, dict):
+            for key in self.observations:
+                self.observations[key][pos] = np.asarray(obs[key]).reshape(self.observations[key][pos].shape)  # type: ignore[index]
+        else:
+            self.observations[pos] = np.asarray(obs).reshape(self.observations[pos].shape)
+        self.actions[pos] = np.asarray(actions, dtype=np.float32).reshape((self.n_envs, self.action_dim))
+        self.log_probs[pos] = np.asarray(log_probs).reshape(self.n_envs)
+        self.rewards[pos] = rewards
+        self.group_rewards[pos] = group_rewards
+        self.dones[pos] = dones
+        self.truncated[pos] = np.asarray(truncated, dtype=bool) & np.asarray(dones, dtype=bool)
+        self.active[pos] = active
+        self.group_keys[pos] = group_keys
+        if episode_starts is not None:
+            self.episode_starts[pos] = episode_starts
+        if action_masks is not None and self.mask_dim:
+            self.action_masks[pos] = np.asarray(action_masks, dtype=bool).reshape(self.n_envs, self.mask_dim)
+            self.has_masks = True
+        for slot, terminal in (terminal_observations or {}).items():
+            self.terminal_observations[(pos, int(slot))] = terminal
+        self.pos += 1
+        if self.pos == self.buffer_size:
+            self.full = True
+
+    # ---------------------------------------------------------------- targets
+
+    def _obs_at(self, rows: np.ndarray, cols: np.ndarray) -> np.ndarray | dict[str, np.ndarray]:
+        if isinstance(self.observations, dict):
+            return {key: value[rows, cols] for key, value in self.observations.items()}
+        return self.observations[rows, cols]
+
+    def _to_group_obs(self, obs_list: list[Any], index: np.ndarray) -> Any:
+        """Gather ``obs_list[index]`` (index (B, N), -1 = padding -> zeros) into (B, N, *shape) arrays."""
+        safe = np.maximum(index, 0)
+        if isinstance(self.observations, dict):
+            return {
+                key: self.to_torch(np.stack([np.asarray(o[key]) for o in obs_list])[safe])
+                for key in self.observations
+            }
+        return self.to_torch(np.stack([np.asarray(o) for o in obs_list])[safe])
+
+    @th.no_grad()
+    def finalize(
+        self,
+        policy: Any,
+        last_obs: np.ndarray | dict[str, np.ndarray],
+        last_active: np.ndarray,
+        last_group_keys: np.ndarray,
+        batch_size: int = 1024,
+    ) -> None:
+        """Compute values, baselines, returns and advantages with the current ``policy``.
+
+        :param policy: a :class:`~unity_sb3.algorithms.poca.policies.POCAPolicy`.
+        :param last_obs: observations after the rollout, (n_envs, *obs_shape) or a dict.
+        :param last_active: (n_envs,) bool.
+        :param last_group_keys: (n_envs,) int.
+        :param batch_size: rows per critic forward pass.
+        """
+        n, m = self.buffer_size, self.n_envs
+        self.mates = group_mates(self.active, self.group_keys)
+        rows, cols = np.nonzero(self.active)
+        for start in range(0, rows.size, batch_size):
+            r, c = rows[start : start + batch_size], cols[start : start + batch_size]
+            sample = self._gather(r * m + c)
+            self.values[r, c] = policy.predict_group_values(*self._member_inputs(sample)).cpu().numpy()
+            self.baselines[r, c] = (
+                policy.predict_baselines(
+                    sample.observations, sample.mate_observations, sample.mate_actions, sample.mate_mask
+                )
+                .cpu()
+                .numpy()
+            )
+
+        # V of each truncated group's terminal observations (falls back to the decision's V).
+        owner = transition_owners(self.active, self.dones)
+        for t in range(n):
+            ended = np.flatnonzero(self.truncated[t] & (owner[t] >= 0))
+            if ended.size == 0:
+                continue
+            keys = self.group_keys[owner[t, ended], ended]
+            all_ended = np.flatnonzero(self.dones[t] & (owner[t] >= 0))
+            all_keys = self.group_keys[owner[t, all_ended], all_ended]
+            for key in np.unique(keys):
+                members = all_ended[all_keys == key]
+                obs_list = [self.terminal_observations.get((t, int(j))) for j in members]
+                present = [o for o in obs_list if o is not None]
+                if not present:
+                    value = self.values[owner[t, members[0]], members[0]]
+                else:
+                    group_obs = self._to_group_obs(present, np.arange(len(present))[None, :])
+                    mask = th.ones((1, len(present)), dtype=th.bool, device=self.device)
+                    value = policy.predict_group_values(group_obs, mask).item()
+                self.terminal_values[t, members] = value
+
+        last_values = np.zeros(m, dtype=np.float32)
+        last_active = np.asarray(last_active, dtype=bool)
+        if last_active.any():
+            last_mates = group_mates(last_active[None, :], np.asarray(last_group_keys)[None, :])[0]
+            index = np.concatenate([np.arange(m)[:, None], last_mates], axis=1)[last_active]
+            if isinstance(last_obs, dict):
+                obs_list = [{key: value[i] for key, value in last_obs.items()} for i in range(m)]
+            else:
+                obs_list = list(np.asarray(last_obs))
+            group_obs = self._to_group_obs(obs_list, index)
+            mask = th.as_tensor(index >= 0, device=self.device)
+            last_values[last_active] = policy.predict_group_values(group_obs, mask).cpu().numpy()
+
+        self.returns, self.team_rewards = compute_poca_returns(
+            self.rewards,
+            self.group_rewards,
+            self.dones,
+            self.truncated,
+            self.active,
+            self.group_keys,
+            self.values,
+            self.terminal_values,
+            last_values,
+            last_active,
+            np.asarray(last_group_keys),
+            self.gamma,
+            self.gae_lambda,
+            self.share_rewards,
+        )
+        self.advantages = np.where(self.active, self.returns - self.baselines, 0.0).astype(np.float32)
+        if self.normalize_advantage and self.active.sum() > 1:
+            active_adv = self.advantages[self.active]
+            self.advantages[self.active] = (active_adv - active_adv.mean()) / (active_adv.std() + 1e-8)
+
+    # --------------------------------------------------------------- sampling
+
+    def _member_inputs(self, sample: POCARolloutBufferSamples) -> tuple[Any, th.Tensor]:
+        """(member observations including self first, member mask) for V."""
+        if isinstance(sample.observations, dict):
+            obs: Any = {
+                key: th.cat([value.unsqueeze(1), sample.mate_observations[key]], dim=1)  # type: ignore[index]
+                for key, value in sample.observations.items()
+            }
+        else:
+            obs = th.cat([sample.observations.unsqueeze(1), sample.mate_observations], dim=1)
+        mask = th.cat([th.ones_like(sample.mate_mask[:, :1]), sample.mate_mask], dim=1)
+        return obs, mask
+
+    def member_inputs(self, sample: POCARolloutBufferSamples) -> tuple[Any, th.Tensor]:
+        """Inputs of ``policy.predict_group_values`` for a minibatch: (obs (B, 1 + M, ...), mask)."""
+        return self._member_inputs(sample)
+
+    def _gather(self, flat: np.ndarray) -> POCARolloutBufferSamples:
+        """Minibatch of rows given as flat indices ``t * n_envs + i``."""
+        m = self.n_envs
+        t, i = np.divmod(flat, m)
+        mates = self.mates[t, i]
+        width = int((mates >= 0).sum(axis=1).max()) if mates.size else 0
+        mates = mates[:, :width]
+        present = mates >= 0
+        mate_cols = np.maximum(mates, 0)
+        mate_rows = np.broadcast_to(t[:, None], mate_cols.shape)
+        if isinstance(self.observations, dict):
+            obs: Any = {key: self.to_torch(value[t, i]) for key, value in self.observations.items()}
+            mate_obs: Any = {
+                key: self.to_torch(value[mate_rows, mate_cols]) for key, value in self.observations.items()
+            }
+        else:
+            obs = self.to_torch(self.observations[t, i])
+            mate_obs = self.to_torch(self.observations[mate_rows, mate_cols])
+        return POCARolloutBufferSamples(
+            observations=obs,
+            actions=self.to_torch(self.actions[t, i]),
+            old_values=self.to_torch(self.values[t, i]),
+            old_baselines=self.to_torch(self.baselines[t, i]),
+            old_log_prob=self.to_torch(self.log_probs[t, i]),
+            advantages=self.to_torch(self.advantages[t, i]),
+            returns=self.to_torch(self.returns[t, i]),
+            action_masks=self.to_torch(self.action_masks[t, i]) if self.has_masks else None,
+            mate_observations=mate_obs,
+            mate_actions=self.to_torch(self.actions[mate_rows, mate_cols]),
+            mate_mask=self.to_torch(present),
+        )
+
+    def get(self, batch_size: int | None = None) -> Generator[POCARolloutBufferSamples, None, None]:  # type: ignore[override]
+        """Shuffled minibatches over the *active* rows only (inactive rows never enter a loss)."""
+        assert self.full, "the rollout buffer is not full yet"
+        rows, cols = np.nonzero(self.active)
+        flat = np.random.permutation(rows * self.n_envs + cols)
+        if batch_size is None:
+            batch_size = max(flat.size, 1)
+        for start in range(0, flat.size, batch_size):
+            yield self._gather(flat[start : start + batch_size])

@@ -1,0 +1,125 @@
+"""Attention networks of MA-POCA's centralised critic.
+
+The critic sees a *set* of group members whose size changes from step to step (agents die,
+new ones spawn). Each member becomes an entity embedding; residual self-attention with a key
+mask mixes the entities and a masked mean pools them into one vector, so the same weights
+serve groups of any size. Two entity encoders share that body (as in ML-Agents'
+``MultiAgentNetworkBody``):
+
+- ``value``: every member encoded from its observation only -> V(group observations);
+- ``baseline``: the agent itself from its observation, each groupmate from its observation
+  *and action* -> b(own observation, groupmates' observations and actions).
+"""
+
+from __future__ import annotations
+
+import torch as th
+from torch import nn
+
+
+class ResidualSelfAttention(nn.Module):
+    """Multi-head self-attention over entities with a residual connection and masked mean pooling.
+
+    :param embed_dim: size of each entity embedding.
+    :param n_heads: number of attention heads (must divide ``embed_dim``).
+    """
+
+    def __init__(self, embed_dim: int, n_heads: int = 4) -> None:
+        super().__init__()
+        if embed_dim % n_heads != 0:
+            raise ValueError(f"embed_dim={embed_dim} must be divisible by n_heads={n_heads}.")
+        self.input_norm = nn.LayerNorm(embed_dim)
+        self.attention = nn.MultiheadAttention(embed_dim, n_heads, batch_first=True)
+        self.output = nn.Linear(embed_dim, embed_dim)
+        self.residual_norm = nn.LayerNorm(embed_dim)
+
+    def forward(self, entities: th.Tensor, mask: th.Tensor) -> th.Tensor:
+        """
+        :param entities: entity embeddings, shape (batch, n_entities, embed_dim).
+        :param mask: True where an entity is present, shape (batch, n_entities); every row
+            needs at least one present entity.
+        :return: pooled encoding, shape (batch, embed_dim).
+        """
+        normed = self.input_norm(entities)
+        attended, _ = self.attention(normed, normed, normed, key_padding_mask=~mask, need_weights=False)
+        mixed = self.residual_norm(entities + self.output(attended))
+        weights = mask.unsqueeze(-1).to(mixed.dtype)
+        return (mixed * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1.0)
+
+
+class GroupCriticBody(nn.Module):
+    """Entity encoders + residual self-attention + MLP head giving one scalar per row.
+
+    :param features_dim: size of one member's observation features (from the critic's
+        features extractor).
+    :param action_dim: size of one encoded action (one-hot per discrete branch, or the
+        continuous vector).
+    :param embed_dim: entity embedding size.
+    :param n_heads: attention heads.
+    :param net_arch: hidden layer sizes of the head after pooling.
+    :param activation_fn: activation of embeddings and head.
+    """
+
+    def __init__(
+        self,
+        features_dim: int,
+        action_dim: int,
+        embed_dim: int = 128,
+        n_heads: int = 4,
+        net_arch: list[int] | None = None,
+        activation_fn: type[nn.Module] = nn.ReLU,
+    ) -> None:
+        super().__init__()
+        net_arch = [128, 128] if net_arch is None else list(net_arch)
+        self.obs_encoder = nn.Sequential(nn.Linear(features_dim, embed_dim), activation_fn())
+        self.obs_action_encoder = nn.Sequential(
+            nn.Linear(features_dim + action_dim, embed_dim), activation_fn()
+        )
+        self.attention = ResidualSelfAttention(embed_dim, n_heads)
+        layers: list[nn.Module] = []
+        last = embed_dim + 1  # + the (scaled) number of members, as ML-Agents feeds it
+        for width in net_arch:
+            layers += [nn.Linear(last, width), activation_fn()]
+            last = width
+        layers.append(nn.Linear(last, 1))
+        self.head = nn.Sequential(*layers)
+        # Largest number of entities seen so far; scales the member count input. Saved with the model.
+        self.register_buffer("max_entities", th.ones(()))
+
+    def _pool(self, entities: th.Tensor, mask: th.Tensor) -> th.Tensor:
+        count = mask.sum(dim=1, keepdim=True).to(entities.dtype)
+        if count.numel() > 0:
+            with th.no_grad():
+                self.max_entities.copy_(th.maximum(self.max_entities, count.max()))
+        pooled = self.attention(entities, mask)
+        return self.head(th.cat([pooled, count / self.max_entities], dim=1)).squeeze(-1)
+
+    def value(self, member_features: th.Tensor, member_mask: th.Tensor) -> th.Tensor:
+        """V(group): every present member encoded from its observation only.
+
+        :param member_features: shape (batch, n_members, features_dim).
+        :param member_mask: True for present members, shape (batch, n_members).
+        :return: values, shape (batch,).
+        """
+        return self._pool(self.obs_encoder(member_features), member_mask)
+
+    def baseline(
+        self,
+        own_features: th.Tensor,
+        mate_features: th.Tensor,
+        mate_actions: th.Tensor,
+        mate_mask: th.Tensor,
+    ) -> th.Tensor:
+        """b(own observation, groupmates' observations and actions).
+
+        :param own_features: shape (batch, features_dim).
+        :param mate_features: shape (batch, n_mates, features_dim); n_mates may be 0.
+        :param mate_actions: encoded actions, shape (batch, n_mates, action_dim).
+        :param mate_mask: True for present groupmates, shape (batch, n_mates).
+        :return: baselines, shape (batch,).
+        """
+        own = self.obs_encoder(own_features).unsqueeze(1)
+        mates = self.obs_action_encoder(th.cat([mate_features, mate_actions], dim=-1))
+        entities = th.cat([own, mates], dim=1)
+        mask = th.cat([th.ones_like(mate_mask[:, :1]), mate_mask], dim=1)
+        return self._pool(entities, mask)

@@ -1,0 +1,314 @@
+"""POCA policies: a shared actor in SB3 style plus the attention critic of :mod:`.networks`.
+
+The actor is what every agent runs (features extractor -> MLP -> action distribution; discrete
+distributions are sb3-contrib's maskable ones, so action masks are honoured as in
+``MaskablePPO``). The critic has its own features extractor, applied to each group member's
+observation separately, feeding :class:`~unity_sb3.algorithms.poca.networks.GroupCriticBody`.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+import numpy as np
+import torch as th
+from gymnasium import spaces
+from sb3_contrib.common.maskable.distributions import MaskableDistribution, make_masked_proba_distribution
+from stable_baselines3.common.distributions import DiagGaussianDistribution, Distribution
+from stable_baselines3.common.policies import BasePolicy
+from stable_baselines3.common.torch_layers import (
+    BaseFeaturesExtractor,
+    CombinedExtractor,
+    FlattenExtractor,
+    NatureCNN,
+    create_mlp,
+)
+from stable_baselines3.common.type_aliases import PyTorchObs, Schedule
+from torch import nn
+
+from unity_sb3.algorithms.poca.networks import GroupCriticBody
+
+# Observations with a leading (batch, n_members) shape, as a tensor or a dict of tensors.
+GroupObs = th.Tensor | dict[str, th.Tensor]
+
+
+class POCAPolicy(BasePolicy):
+    """Shared actor and centralised attention critic for :class:`~unity_sb3.algorithms.poca.POCA`.
+
+    :param observation_space: one agent's observation space.
+    :param action_space: one agent's action space (``Box``, ``Discrete`` or ``MultiDiscrete``).
+    :param lr_schedule: learning rate schedule (progress remaining -> learning rate).
+    :param net_arch: hidden layer sizes of the actor MLP (default ``[128, 128]``, ML-Agents' default).
+    :param activation_fn: activation of the actor MLP.
+    :param ortho_init: orthogonal initialisation of the actor, as SB3's ``ActorCriticPolicy``.
+    :param log_std_init: initial log standard deviation for continuous actions.
+    :param features_extractor_class: features extractor class, used once for the actor and once
+        for the critic (the critic applies it to every group member's observation).
+    :param features_extractor_kwargs: its keyword arguments.
+    :param normalize_images: divide image observations by 255.
+    :param critic_embed_dim: entity embedding size of the critic.
+    :param critic_n_heads: attention heads of the critic.
+    :param critic_net_arch: hidden layer sizes of the critic head after attention pooling.
+    :param optimizer_class: optimizer class (one optimizer over actor and critic, as ML-Agents).
+    :param optimizer_kwargs: its keyword arguments.
+    :param use_sde: not supported; present for SB3 signature compatibility.
+    """
+
+    def __init__(
+        self,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        lr_schedule: Schedule,
+        net_arch: list[int] | None = None,
+        activation_fn: type[nn.Module] = nn.Tanh,
+        ortho_init: bool = True,
+        log_std_init: float = 0.0,
+        features_extractor_class: type[BaseFeaturesExtractor] = FlattenExtractor,
+        features_extractor_kwargs: dict[str, Any] | None = None,
+        normalize_images: bool = True,
+        critic_embed_dim: int = 128,
+        critic_n_heads: int = 4,
+        critic_net_arch: list[int] | None = None,
+        optimizer_class: type[th.optim.Optimizer] = th.optim.Adam,
+        optimizer_kwargs: dict[str, Any] | None = None,
+        use_sde: bool = False,
+    ) -> None:
+        if use_sde:
+            raise ValueError("POCA does not support gSDE (use_sde=True); use the default Gaussian noise.")
+        if not isinstance(action_space, (spaces.Box, spaces.Discrete, spaces.MultiDiscrete)):
+            raise ValueError(
+                f"POCA supports Box, Discrete and MultiDiscrete action spaces, got {action_space}. "
+                "For hybrid Unity actions, build the UnityVecEnv with a single action type."
+            )
+        if optimizer_kwargs is None:
+            optimizer_kwargs = {}
+            if optimizer_class == th.optim.Adam:
+                optimizer_kwargs["eps"] = 1e-5
+        super().__init__(
+            observation_space,
+            action_space,
+            features_extractor_class,
+            features_extractor_kwargs,
+            optimizer_class=optimizer_class,
+            optimizer_kwargs=optimizer_kwargs,
+            normalize_images=normalize_images,
+        )
+        self.net_arch = [128, 128] if net_arch is None else list(net_arch)
+        self.activation_fn = activation_fn
+        self.ortho_init = ortho_init
+        self.log_std_init = log_std_init
+        self.critic_embed_dim = critic_embed_dim
+        self.critic_n_heads = critic_n_heads
+        self.critic_net_arch = critic_net_arch
+
+        self.features_extractor = self.make_features_extractor()
+        self.features_dim = self.features_extractor.features_dim
+        self.critic_features_extractor = self.make_features_extractor()
+
+        actor_layers = create_mlp(self.features_dim, -1, self.net_arch, activation_fn)
+        self.actor_net = nn.Sequential(*actor_layers)
+        latent_dim = self.net_arch[-1] if self.net_arch else self.features_dim
+
+        self.action_dist: Distribution
+        if isinstance(action_space, spaces.Box):
+            self.action_dist = DiagGaussianDistribution(int(np.prod(action_space.shape)))
+            self.action_net, self.log_std = self.action_dist.proba_distribution_net(latent_dim, log_std_init)
+        else:
+            self.action_dist = make_masked_proba_distribution(action_space)
+            self.action_net = self.action_dist.proba_distribution_net(latent_dim)
+
+        self.critic = GroupCriticBody(
+            self.critic_features_extractor.features_dim,
+            self.encoded_action_dim,
+            embed_dim=critic_embed_dim,
+            n_heads=critic_n_heads,
+            net_arch=critic_net_arch,
+        )
+
+        if ortho_init:
+            gains = {self.features_extractor: np.sqrt(2), self.actor_net: np.sqrt(2), self.action_net: 0.01}
+            for module, gain in gains.items():
+                module.apply(partial(self.init_weights, gain=gain))
+
+        self.optimizer = self.optimizer_class(self.parameters(), lr=lr_schedule(1), **self.optimizer_kwargs)
+
+    def _get_constructor_parameters(self) -> dict[str, Any]:
+        data = super()._get_constructor_parameters()
+        data.update(
+            dict(
+                net_arch=self.net_arch,
+                activation_fn=self.activation_fn,
+                ortho_init=self.ortho_init,
+                log_std_init=self.log_std_init,
+                critic_embed_dim=self.critic_embed_dim,
+                critic_n_heads=self.critic_n_heads,
+                critic_net_arch=self.critic_net_arch,
+                lr_schedule=self._dummy_schedule,
+            )
+        )
+        return data
+
+    # ------------------------------------------------------------------ actor
+
+    @property
+    def encoded_action_dim(self) -> int:
+        """Size of one action as the critic's baseline sees it (one-hot per discrete branch)."""
+        if isinstance(self.action_space, spaces.Discrete):
+            return int(self.action_space.n)
+        if isinstance(self.action_space, spaces.MultiDiscrete):
+            return int(np.sum(self.action_space.nvec))
+        return int(np.prod(self.action_space.shape))
+
+    def get_distribution(
+        self, obs: PyTorchObs, action_masks: np.ndarray | th.Tensor | None = None
+    ) -> Distribution:
+        """The action distribution for a batch of observations.
+
+        :param obs: observations, shape (batch, *obs_shape) or a dict of those.
+        :param action_masks: True = allowed, shape (batch, sum of branch sizes); None = no mask.
+            Ignored for continuous actions.
+        """
+        features = self.extract_features(obs, self.features_extractor)
+        latent = self.actor_net(features)
+        logits = self.action_net(latent)
+        if isinstance(self.action_dist, DiagGaussianDistribution):
+            return self.action_dist.proba_distribution(logits, self.log_std)
+        assert isinstance(self.action_dist, MaskableDistribution)
+        distribution = self.action_dist.proba_distribution(action_logits=logits)
+        if action_masks is not None:
+            distribution.apply_masking(action_masks)
+        return distribution
+
+    def forward(
+        self, obs: PyTorchObs, deterministic: bool = False, action_masks: np.ndarray | th.Tensor | None = None
+    ) -> tuple[th.Tensor, th.Tensor]:
+        """Sample actions.
+
+        :return: actions (batch, *action_shape) and their log-probabilities (batch,).
+        """
+        distribution = self.get_distribution(obs, action_masks)
+        actions = distribution.get_actions(deterministic=deterministic)
+        log_prob = distribution.log_prob(actions)
+        return actions.reshape((-1, *self.action_space.shape)), log_prob
+
+    def _predict(
+        self, observation: PyTorchObs, deterministic: bool = False, action_masks: np.ndarray | None = None
+    ) -> th.Tensor:
+        return self.get_distribution(observation, action_masks).get_actions(deterministic=deterministic)
+
+    def predict(  # type: ignore[override]
+        self,
+        observation: np.ndarray | dict[str, np.ndarray],
+        state: tuple[np.ndarray, ...] | None = None,
+        episode_start: np.ndarray | None = None,
+        deterministic: bool = False,
+        action_masks: np.ndarray | None = None,
+    ) -> tuple[np.ndarray, tuple[np.ndarray, ...] | None]:
+        """SB3's ``predict`` with an optional ``action_masks`` (True = allowed), as sb3-contrib's."""
+        self.set_training_mode(False)
+        obs_tensor, vectorized_env = self.obs_to_tensor(observation)
+        with th.no_grad():
+            actions = self._predict(obs_tensor, deterministic=deterministic, action_masks=action_masks)
+            actions = actions.cpu().numpy().reshape((-1, *self.action_space.shape))
+        if isinstance(self.action_space, spaces.Box):
+            actions = np.clip(actions, self.action_space.low, self.action_space.high)
+        if not vectorized_env:
+            actions = actions.squeeze(axis=0)
+        return actions, state
+
+    def evaluate_actions(
+        self, obs: PyTorchObs, actions: th.Tensor, action_masks: th.Tensor | None = None
+    ) -> tuple[th.Tensor, th.Tensor]:
+        """Log-probabilities and entropies of given actions, shape (batch,) each."""
+        distribution = self.get_distribution(obs, action_masks)
+        return distribution.log_prob(actions), distribution.entropy()
+
+    # ------------------------------------------------------------------ critic
+
+    def encode_actions(self, actions: th.Tensor) -> th.Tensor:
+        """Encode actions for the baseline: one-hot per discrete branch, raw continuous values.
+
+        :param actions: shape (*batch_dims, action_dim) as stored in the rollout buffer
+            (discrete actions as floats holding integers).
+        :return: shape (*batch_dims, encoded_action_dim).
+        """
+        if isinstance(self.action_space, spaces.Box):
+            return actions.float()
+        if isinstance(self.action_space, spaces.Discrete):
+            nvec = [int(self.action_space.n)]
+        else:
+            nvec = [int(n) for n in self.action_space.nvec]
+        branches = actions.long().clamp(min=0)
+        return th.cat(
+            [nn.functional.one_hot(branches[..., k].clamp(max=n - 1), n).float() for k, n in enumerate(nvec)],
+            dim=-1,
+        )
+
+    def _member_features(self, obs: GroupObs) -> th.Tensor:
+        """Critic features of observations with leading (batch, n_members) dims -> (batch, n_members, F)."""
+        if isinstance(obs, dict):
+            first = next(iter(obs.values()))
+            batch, members = first.shape[:2]
+            flat: PyTorchObs = {
+                key: value.reshape(batch * members, *value.shape[2:]) for key, value in obs.items()
+            }
+        else:
+            batch, members = obs.shape[:2]
+            flat = obs.reshape(batch * members, *obs.shape[2:])
+        if batch * members == 0:
+            return th.zeros((batch, members, self.critic_features_extractor.features_dim), device=self.device)
+        features = self.extract_features(flat, self.critic_features_extractor)
+        return features.reshape(batch, members, -1)
+
+    def predict_group_values(self, member_obs: GroupObs, member_mask: th.Tensor) -> th.Tensor:
+        """Centralised value V of each row's group.
+
+        :param member_obs: the present members' observations, shape (batch, n_members, *obs_shape)
+            (or a dict of those), padded rows anywhere.
+        :param member_mask: True for present members, shape (batch, n_members); >= 1 per row.
+        :return: shape (batch,).
+        """
+        return self.critic.value(self._member_features(member_obs), member_mask)
+
+    def predict_baselines(
+        self, own_obs: PyTorchObs, mate_obs: GroupObs, mate_actions: th.Tensor, mate_mask: th.Tensor
+    ) -> th.Tensor:
+        """Counterfactual baseline b(own observation, groupmates' observations and actions).
+
+        :param own_obs: shape (batch, *obs_shape) or a dict of those.
+        :param mate_obs: shape (batch, n_mates, *obs_shape) or a dict; n_mates may be 0.
+        :param mate_actions: raw actions as stored in the buffer, shape (batch, n_mates, action_dim).
+        :param mate_mask: True for present groupmates, shape (batch, n_mates).
+        :return: shape (batch,).
+        """
+        own = self.extract_features(own_obs, self.critic_features_extractor)
+        return self.critic.baseline(
+            own, self._member_features(mate_obs), self.encode_actions(mate_actions), mate_mask
+        )
+
+
+class POCACnnPolicy(POCAPolicy):
+    """:class:`POCAPolicy` with SB3's ``NatureCNN`` features extractor (image observations)."""
+
+    def __init__(
+        self, *args: Any, features_extractor_class: type[BaseFeaturesExtractor] = NatureCNN, **kwargs: Any
+    ):
+        super().__init__(*args, features_extractor_class=features_extractor_class, **kwargs)
+
+
+class POCAMultiInputPolicy(POCAPolicy):
+    """:class:`POCAPolicy` with SB3's ``CombinedExtractor`` (``Dict`` observations)."""
+
+    def __init__(
+        self,
+        *args: Any,
+        features_extractor_class: type[BaseFeaturesExtractor] = CombinedExtractor,
+        **kwargs: Any,
+    ):
+        super().__init__(*args, features_extractor_class=features_extractor_class, **kwargs)
+
+
+MlpPolicy = POCAPolicy
+CnnPolicy = POCACnnPolicy
+MultiInputPolicy = POCAMultiInputPolicy
