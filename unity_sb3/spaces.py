@@ -5,7 +5,8 @@ Observations (DESIGN 4.1):
 - one observation spec -> ``Box(float32)`` in Unity's shape;
 - a visual (3-D) observation -> ``Box(uint8)`` channel-first in [0, 255] by default, so SB3
   recognises it as an image (``visual="float"`` keeps Unity's float32 values in [0, 1], in
-  channel-first order too);
+  channel-first order too; ``"uint8_hwc"`` / ``"float_hwc"`` give channel-last images, e.g. for
+  code that applies SB3's ``VecTransposeImage`` itself);
 - a 2-D variable-length observation (a ``BufferSensor``: ``(max_entities, features)``) ->
   ``Box(float32)`` of that shape; Unity zero-pads the unused rows, so a row of zeros means "no
   entity". SB3's MLP flattens it; POCA-style attention can read it as entities;
@@ -41,7 +42,8 @@ from mlagents_envs.base_env import ActionSpec, ActionTuple, BehaviorSpec, Observ
 
 from unity_sb3.unity.compat import channel_axis
 
-VisualMode = Literal["uint8", "float"]
+VisualMode = Literal["uint8", "float", "uint8_hwc", "float_hwc"]
+VISUAL_MODES = ("uint8", "float", "uint8_hwc", "float_hwc")
 HybridMode = Literal["dict", "tuple", "box"]
 
 CONTINUOUS_KEY = "continuous"
@@ -70,7 +72,8 @@ class BehaviorSpaces:
 
     :param spec: the behavior's ``BehaviorSpec``.
     :param visual: ``"uint8"`` (default): visual observations as channel-first uint8 images in
-        [0, 255], so SB3 treats them as images; ``"float"``: channel-first float32 in [0, 1].
+        [0, 255], so SB3 treats them as images; ``"float"``: channel-first float32 in [0, 1];
+        ``"uint8_hwc"`` / ``"float_hwc"``: the same values, channel-last.
     :param flatten: concatenate all observations into one vector; only allowed when every
         observation is 1-D.
     :param hybrid: how a hybrid action spec is exposed: ``"dict"``, ``"tuple"`` or ``"box"``
@@ -85,12 +88,14 @@ class BehaviorSpaces:
         flatten: bool = False,
         hybrid: HybridMode = "dict",
     ) -> None:
-        if visual not in ("uint8", "float"):
-            raise ValueError(f"visual must be 'uint8' or 'float', got {visual!r}")
+        if visual not in VISUAL_MODES:
+            raise ValueError(f"visual must be one of {VISUAL_MODES}, got {visual!r}")
         if hybrid not in ("dict", "tuple", "box"):
             raise ValueError(f"hybrid must be 'dict', 'tuple' or 'box', got {hybrid!r}")
         self.spec = spec
         self.visual = visual
+        self.uint8_images = visual.startswith("uint8")
+        self.channels_last = visual.endswith("_hwc")
         self.hybrid = hybrid
         self.obs_specs = list(spec.observation_specs)
         self.keys = observation_keys(self.obs_specs)
@@ -119,9 +124,10 @@ class BehaviorSpaces:
             return spaces.Box(-np.inf, np.inf, shape=tuple(int(d) for d in spec.shape), dtype=np.float32)
         shape = tuple(int(d) for d in spec.shape)
         chw = shape if axis == 0 else (shape[2], shape[0], shape[1])
-        if self.visual == "uint8":
-            return spaces.Box(0, 255, shape=chw, dtype=np.uint8)
-        return spaces.Box(0.0, 1.0, shape=chw, dtype=np.float32)
+        out = (chw[1], chw[2], chw[0]) if self.channels_last else chw
+        if self.uint8_images:
+            return spaces.Box(0, 255, shape=out, dtype=np.uint8)
+        return spaces.Box(0.0, 1.0, shape=out, dtype=np.float32)
 
     def _make_observation_space(self) -> spaces.Space:
         singles = [self._single_space(i) for i in range(len(self.obs_specs))]
@@ -137,9 +143,11 @@ class BehaviorSpaces:
         if axis is None:
             return np.asarray(batch, dtype=np.float32)
         images = np.asarray(batch)
-        if axis == 2:  # (n, H, W, C) -> (n, C, H, W)
+        if axis == 2 and not self.channels_last:  # (n, H, W, C) -> (n, C, H, W)
             images = np.moveaxis(images, -1, 1)
-        if self.visual == "uint8":
+        elif axis == 0 and self.channels_last:  # (n, C, H, W) -> (n, H, W, C)
+            images = np.moveaxis(images, 1, -1)
+        if self.uint8_images:
             return np.clip(np.rint(images * 255.0), 0, 255).astype(np.uint8)
         return np.ascontiguousarray(images, dtype=np.float32)
 
@@ -175,10 +183,12 @@ class BehaviorSpaces:
             axis = self.channel_axes[i]
             value = part.astype(np.float32)
             if axis is not None:
-                if self.visual == "uint8":
+                if self.uint8_images:
                     value = value / 255.0
-                if axis == 2:
+                if axis == 2 and not self.channels_last:
                     value = np.moveaxis(value, 1, -1)
+                elif axis == 0 and self.channels_last:
+                    value = np.moveaxis(value, -1, 1)
             result.append(np.ascontiguousarray(value, dtype=np.float32))
         return result
 

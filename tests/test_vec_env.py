@@ -1,0 +1,647 @@
+"""UnityVecEnv: every rule of DESIGN 4.2 on the scripted env, the VecEnv contract, SB3 wrappers."""
+
+from __future__ import annotations
+
+import sys
+import types
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+from gymnasium import spaces
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from stable_baselines3.common.vec_env import VecFrameStack, VecMonitor, VecNormalize, VecTransposeImage
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from scripted_env import DEFAULT_BEHAVIOR, ScriptedAgent, ScriptedBehavior, ScriptedEnv
+
+from mlagents_envs.base_env import ActionSpec, ActionTuple  # isort: skip
+from mlagents_envs.exception import UnityTimeOutException  # isort: skip
+
+from unity_sb3.unity.errors import UnityConfigurationError, UnityProcessError
+from unity_sb3.wrappers.vec_env import UnityNoDecisionError, UnityVecEnv
+
+# observation columns of the scripted env
+K, EPISODE, STEP, T = 0, 1, 2, 3
+
+
+def slot_actions(venv: UnityVecEnv, step: int) -> np.ndarray:
+    """Distinct continuous actions per slot and step, so a test can see which agent got which."""
+    n = venv.num_envs
+    return ((np.arange(n)[:, None] + 1) / 10.0 + step / 1000.0 + np.zeros((n, 2))).astype(np.float32)
+
+
+def make(agents, **kwargs) -> tuple[ScriptedEnv, UnityVecEnv]:
+    env = ScriptedEnv(agents, strict=True)
+    return env, UnityVecEnv(env, **kwargs)
+
+
+@pytest.fixture(autouse=True)
+def _quiet_inactive_warning():
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="UnityVecEnv: .* slots have no agent")
+        yield
+
+
+# ---------------------------------------------------------------------- basic rules
+def test_all_agents_decide_every_step_and_get_their_slot_action():
+    env, venv = make([ScriptedAgent(), ScriptedAgent(), ScriptedAgent()])
+    obs = venv.reset()
+    assert venv.num_envs == 3
+    assert obs[:, K].tolist() == [0, 1, 2]
+    for step in range(5):
+        actions = slot_actions(venv, step)
+        obs, reward, done, infos = venv.step(actions)
+        assert obs[:, T].tolist() == [step + 1] * 3
+        np.testing.assert_allclose(reward, 1.0)
+        assert not done.any()
+        assert all(info["active"] for info in infos)
+        assert venv.active_mask.all()
+        for k in range(3):
+            np.testing.assert_allclose(env.actions_of(k)[-1].continuous, actions[k])
+    assert env.unanswered == []
+    venv.close()
+
+
+def test_decision_period_sums_rewards_over_the_unity_steps_advanced():
+    env, venv = make([ScriptedAgent(period=3, reward=0.5), ScriptedAgent(period=3, reward=2.0)])
+    venv.reset()
+    for step in range(4):
+        _, reward, done, _ = venv.step(slot_actions(venv, step))
+        assert env.t == 3 * (step + 1)  # the wrapper stepped Unity until the agents asked again
+        np.testing.assert_allclose(reward, [1.5, 6.0])
+        assert not done.any()
+    assert [len(env.actions_of(k)) for k in range(2)] == [4, 4]
+    assert env.unanswered == []
+
+
+def test_terminal_and_decision_in_the_same_step():
+    _env, venv = make([ScriptedAgent(episode_length=3), ScriptedAgent()])
+    venv.reset()
+    agent_before = venv.slot_agent_ids()[0]
+    for step in range(2):
+        _, _, done, _ = venv.step(slot_actions(venv, step))
+        assert not done.any()
+    obs, reward, done, infos = venv.step(slot_actions(venv, 2))
+    assert done.tolist() == [True, False]
+    assert infos[0]["TimeLimit.truncated"] is False
+    terminal = infos[0]["terminal_observation"]
+    assert terminal[[K, EPISODE, STEP]].tolist() == [0, 0, 3]
+    # the returned observation is the next episode's first, from the same agent
+    assert obs[0, [K, EPISODE, STEP]].tolist() == [0, 1, 0]
+    assert infos[0]["active"] is True
+    assert reward[0] == 1.0
+    assert venv.slot_agent_ids()[0] == agent_before
+    assert "terminal_observation" not in infos[1]
+
+
+def test_interrupted_episode_is_a_truncation():
+    _, venv = make([ScriptedAgent(episode_length=2, interrupted=True)])
+    venv.reset()
+    venv.step(slot_actions(venv, 0))
+    _, _, done, infos = venv.step(slot_actions(venv, 1))
+    assert done[0]
+    assert infos[0]["TimeLimit.truncated"] is True
+
+
+def test_agent_that_reappears_later_takes_its_slot_back():
+    env, venv = make([ScriptedAgent(episode_length=2, respawn_delay=3), ScriptedAgent()])
+    venv.reset()
+    venv.step(slot_actions(venv, 0))
+    obs, reward, done, infos = venv.step(slot_actions(venv, 1))  # t=2: terminal, nobody to replace it
+    assert done[0] and not infos[0]["active"]
+    terminal = infos[0]["terminal_observation"]
+    np.testing.assert_array_equal(obs[0], terminal)  # placeholder: the slot's last observation
+    received = len(env.actions_of(0))
+    for step in range(2, 4):  # t=3, 4: the agent is away
+        obs, reward, done, infos = venv.step(slot_actions(venv, step))
+        assert not infos[0]["active"] and not venv.active_mask[0]
+        assert reward[0] == 0.0 and not done[0]
+        np.testing.assert_array_equal(obs[0], terminal)
+    obs, reward, done, infos = venv.step(slot_actions(venv, 4))  # t=5: back
+    assert infos[0]["active"] and not done[0]
+    assert obs[0, [K, EPISODE, STEP]].tolist() == [0, 1, 0]
+    assert len(env.actions_of(0)) == received  # the inactive slot's actions were dropped
+    venv.step(slot_actions(venv, 5))
+    np.testing.assert_allclose(env.actions_of(0)[-1].continuous, slot_actions(venv, 5)[0])
+    assert env.unanswered == []
+
+
+def test_slot_follows_an_agent_whose_id_changes_every_episode():
+    env, venv = make([ScriptedAgent(episode_length=2, new_id_each_episode=True) for _ in range(2)])
+    venv.reset()
+    seen_ids = set()
+    for step in range(6):
+        obs, _, done, infos = venv.step(slot_actions(venv, step))
+        seen_ids.update(venv.slot_agent_ids())
+        assert obs[:, K].tolist() == [0, 1]
+        assert all(info["active"] for info in infos)
+        if step % 2 == 1:
+            assert done.all()
+            assert [info["terminal_observation"][K] for info in infos] == [0, 1]
+    assert len(seen_ids) == 8  # 2 agents x 4 episodes, each with a new id
+    assert venv.slot_agent_ids() == env.agent_ids()
+    assert env.unanswered == []
+
+
+def test_agent_that_dies_without_replacement_leaves_an_inactive_slot_and_one_warning():
+    env, venv = make([ScriptedAgent(episode_length=2, episodes=1), ScriptedAgent()])
+    venv.reset()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        venv.step(slot_actions(venv, 0))
+        _, _, done, infos = venv.step(slot_actions(venv, 1))
+        assert done[0] and not infos[0]["active"]
+        received = len(env.actions_of(0))
+        for step in range(2, 6):
+            _obs, reward, done, infos = venv.step(slot_actions(venv, step))
+            assert infos[0]["active"] is False
+            assert reward[0] == 0.0 and not done[0]
+            assert infos[1]["active"] is True and reward[1] == 1.0
+    assert len(env.actions_of(0)) == received
+    inactive_warnings = [w for w in caught if "slots have no agent" in str(w.message)]
+    assert len(inactive_warnings) == 1
+    assert venv.active_mask.tolist() == [False, True]
+
+
+def test_no_warning_when_algorithm_handles_inactive_steps():
+    _, venv = make([ScriptedAgent(episode_length=1, episodes=1), ScriptedAgent()])
+    venv.warn_inactive = False
+    venv.reset()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for step in range(3):
+            venv.step(slot_actions(venv, step))
+
+
+def test_out_of_phase_periods_alternate_active_slots():
+    env, venv = make([ScriptedAgent(period=2, start=0), ScriptedAgent(period=2, start=1)], num_slots=2)
+    obs = venv.reset()
+    # only agent 0 asked at reset; agent 1 takes the free slot when it first asks
+    assert venv.active_mask.tolist() == [True, False]
+    for step in range(6):
+        obs, _reward, _, infos = venv.step(slot_actions(venv, step))
+        active = [info["active"] for info in infos]
+        assert sum(active) == 1
+        assert obs[active.index(True), T] == step + 1
+    assert venv.slot_agent_ids() == env.agent_ids()
+    # each agent got exactly one action per request
+    for k in range(2):
+        asked = sum(k_ids.tolist().count(env.agent_ids()[k]) for _, k_ids in env.requests[DEFAULT_BEHAVIOR])
+        assert len(env.actions_of(k)) == asked
+    assert env.unanswered == []
+
+
+def test_agents_beyond_the_slots_get_a_zero_action():
+    env, venv = make([ScriptedAgent(), ScriptedAgent(), ScriptedAgent()], num_slots=2)
+    venv.reset()
+    for step in range(3):
+        venv.step(slot_actions(venv, step))
+    assert len(env.actions_of(2)) == 3
+    assert all(np.all(a.continuous == 0) for a in env.actions_of(2))
+    assert all(np.all(a.continuous != 0) for a in env.actions_of(0))
+
+
+def test_late_agents_fill_reserved_slots():
+    _env, venv = make([ScriptedAgent(), ScriptedAgent(start=2)], num_slots=2)
+    venv.reset()
+    assert venv.active_mask.tolist() == [True, False]
+    venv.step(slot_actions(venv, 0))
+    obs, _, _, _ = venv.step(slot_actions(venv, 1))
+    assert venv.active_mask.tolist() == [True, True]
+    assert obs[1, K] == 1
+
+
+def test_wrapper_steps_again_until_unity_asks_and_errors_when_it_never_does():
+    _env, venv = make([ScriptedAgent(episode_length=2, episodes=1)], max_idle_steps=7)
+    venv.reset()
+    venv.step(slot_actions(venv, 0))
+    _, _, done, _ = venv.step(slot_actions(venv, 1))
+    assert done[0]
+    with pytest.raises(UnityNoDecisionError, match=r"worker 0.*7 Unity steps"):
+        venv.step(slot_actions(venv, 2))
+
+
+def test_idle_steps_answer_unassigned_agents():
+    # the slot's agent decides every 4th step; an unassigned agent decides every step meanwhile
+    env, venv = make([ScriptedAgent(period=4), ScriptedAgent(start=1)], num_slots=1)
+    venv.reset()
+    venv.step(slot_actions(venv, 0))
+    assert env.t == 4
+    assert len(env.actions_of(1)) == 3 and env.unanswered == []
+
+
+# ---------------------------------------------------------------------- protocol property
+@st.composite
+def agent_scripts(draw):
+    n = draw(st.integers(1, 4))
+    agents = []
+    for _ in range(n):
+        agents.append(
+            ScriptedAgent(
+                period=draw(st.integers(1, 3)),
+                start=draw(st.integers(0, 2)),
+                episode_length=draw(st.one_of(st.none(), st.integers(1, 6))),
+                episodes=draw(st.one_of(st.none(), st.integers(1, 3))),
+                respawn_delay=draw(st.integers(0, 3)),
+                interrupted=draw(st.booleans()),
+                new_id_each_episode=draw(st.booleans()),
+            )
+        )
+    agents[0].start = 0  # someone asks at reset
+    return agents, draw(st.one_of(st.none(), st.integers(1, n + 1)))
+
+
+@settings(max_examples=40, deadline=None)
+@given(agent_scripts())
+def test_never_an_unrequested_action_never_an_unanswered_request(case):
+    agents, num_slots = case
+    env = ScriptedEnv(agents, strict=True)
+    venv = UnityVecEnv(env, num_slots=num_slots, max_idle_steps=50)
+    obs = venv.reset()
+    expected: dict[tuple[int, int], np.ndarray] = {}  # (agent index, request step) -> action sent
+    for step in range(12):
+        actions = slot_actions(venv, step)
+        for i in np.flatnonzero(venv.active_mask):
+            expected[(int(obs[i, K]), int(obs[i, T]))] = actions[i]
+        try:
+            obs, reward, done, infos = venv.step(actions)
+        except UnityNoDecisionError:
+            break
+        for i, info in enumerate(infos):
+            if not info["active"] and not done[i]:
+                assert reward[i] == 0.0
+    sent = 0
+    for k in range(len(agents)):
+        for received in env.actions_of(k):
+            want = expected.pop((k, received.step), None)
+            if want is None:  # an agent without a slot: zero action
+                assert np.all(received.continuous == 0)
+            else:
+                np.testing.assert_allclose(received.continuous, want)
+                sent += 1
+    assert expected == {}  # every slot action reached its agent
+    assert env.unanswered == []
+    requested = sum(len(ids) for _, ids in env.requests[DEFAULT_BEHAVIOR])
+    assert requested == sum(len(env.actions_of(k)) for k in range(len(agents)))
+
+
+# ---------------------------------------------------------------------- groups, masks, spaces
+def test_group_id_and_group_reward_in_infos():
+    agents = [ScriptedAgent(period=2, group_id=7, group_reward=0.25), ScriptedAgent(period=2)]
+    _, venv = make(agents)
+    venv.reset()
+    _, reward, _, infos = venv.step(slot_actions(venv, 0))
+    assert [info["group_id"] for info in infos] == [7, 0]
+    assert [info["group_reward"] for info in infos] == [0.5, 0.0]
+    np.testing.assert_allclose(reward, [2.0, 2.0])
+    _, venv = make(agents, add_group_reward=True)
+    venv.reset()
+    _, reward, _, _ = venv.step(slot_actions(venv, 0))
+    np.testing.assert_allclose(reward, [2.5, 2.0])
+
+
+def _mask(k: int, t: int) -> list[np.ndarray]:
+    # True = NOT allowed (ML-Agents): agent k may not pick action k % 3 in branch 0
+    first = np.zeros(3, dtype=bool)
+    first[k % 3] = True
+    return [first, np.array([False, t % 2 == 1])]
+
+
+def test_action_masks_per_slot_in_sb3_contrib_format():
+    from sb3_contrib.common.maskable.utils import get_action_masks, is_masking_supported
+
+    behavior = ScriptedBehavior(
+        [ScriptedAgent(), ScriptedAgent(), ScriptedAgent(episode_length=1, episodes=1)],
+        action_spec=ActionSpec(0, (3, 2)),
+        mask_fn=_mask,
+    )
+    env = ScriptedEnv(behavior, strict=True)
+    venv = UnityVecEnv(env)
+    assert isinstance(venv.action_space, spaces.MultiDiscrete)
+    venv.reset()
+    masks = venv.action_masks()
+    assert masks.shape == (3, 5) and masks.dtype == bool
+    assert masks[:, :3].tolist() == [[False, True, True], [True, False, True], [True, True, False]]
+    assert masks[:, 3:].all()
+    assert is_masking_supported(venv)
+    np.testing.assert_array_equal(get_action_masks(venv), masks)
+    assert len(venv.env_method("action_masks")) == 3
+    np.testing.assert_array_equal(venv.env_method("action_masks", indices=[1])[0], masks[1])
+    venv.step(np.array([[1, 0], [0, 1], [0, 0]]))
+    masks = venv.action_masks()
+    assert masks[:2, 3:].tolist() == [[True, False], [True, False]]  # t=1 forbids action 1 of branch 1
+    assert masks[2].all()  # inactive slot (its agent died): everything allowed, the action is dropped
+    np.testing.assert_array_equal(env.actions_of(0)[0].discrete, [1, 0])
+
+
+def test_discrete_single_branch_and_hybrid_actions():
+    env = ScriptedEnv(ScriptedBehavior([ScriptedAgent()] * 2, action_spec=ActionSpec(0, (4,))), strict=True)
+    venv = UnityVecEnv(env)
+    assert venv.action_space == spaces.Discrete(4)
+    venv.reset()
+    venv.step(np.array([3, 1]))
+    assert [env.actions_of(k)[0].discrete.tolist() for k in range(2)] == [[3], [1]]
+
+    env = ScriptedEnv(ScriptedBehavior([ScriptedAgent()], action_spec=ActionSpec(1, (2,))), strict=True)
+    venv = UnityVecEnv(env)
+    assert isinstance(venv.action_space, spaces.Box) and venv.action_space.shape == (2,)
+    venv.reset()
+    venv.step(np.array([[0.5, 0.9]], dtype=np.float32))
+    assert env.actions_of(0)[0].discrete.tolist() == [1]
+    np.testing.assert_allclose(env.actions_of(0)[0].continuous, [0.5])
+
+
+def test_bad_actions_get_a_clear_error():
+    env = ScriptedEnv(ScriptedBehavior([ScriptedAgent()], action_spec=ActionSpec(0, (4,))))
+    venv = UnityVecEnv(env)
+    venv.reset()
+    with pytest.raises(ValueError, match="out of range"):
+        venv.step(np.array([4]))
+
+
+def test_visual_observations_dict_space_and_render():
+    behavior = ScriptedBehavior([ScriptedAgent()] * 3, visual_shape=(8, 6, 3))
+    venv = UnityVecEnv(ScriptedEnv(behavior))
+    assert isinstance(venv.observation_space, spaces.Dict)
+    assert venv.observation_space["camera"].shape == (3, 8, 6)
+    assert venv.observation_space["camera"].dtype == np.uint8
+    obs = venv.reset()
+    assert obs["camera"].shape == (3, 3, 8, 6) and obs["vector"].shape == (3, 4)
+    assert venv.render_mode == "rgb_array"
+    image = venv.render(mode="rgb_array")
+    assert image.shape == (2 * 8, 2 * 6, 3) and image.dtype == np.uint8
+    assert image[0, 0, 1] == round(255 * 0.01)  # slot 0 (agent 0) sits in the top-left tile
+
+    flat = UnityVecEnv(ScriptedEnv([ScriptedAgent()]))
+    assert flat.render_mode is None
+    with pytest.warns(UserWarning):
+        assert flat.render() is None
+
+
+def test_flatten_obs_option():
+    behavior = ScriptedBehavior([ScriptedAgent()], visual_shape=(4, 4, 1))
+    with pytest.raises(ValueError, match="flatten=True needs every observation to be 1-D"):
+        UnityVecEnv(ScriptedEnv(behavior), flatten_obs=True)
+
+
+# ---------------------------------------------------------------------- behaviors
+def _two_behaviors(**kw) -> ScriptedEnv:
+    return ScriptedEnv(
+        {
+            "A?team=0": ScriptedBehavior([ScriptedAgent(), ScriptedAgent()]),
+            "B?team=1": ScriptedBehavior([ScriptedAgent()], action_spec=ActionSpec(0, (3,))),
+        },
+        strict=True,
+        **kw,
+    )
+
+
+def test_behavior_name_must_be_chosen_when_there_are_several():
+    with pytest.raises(UnityConfigurationError, match=r"several behaviors.*A\?team=0.*B\?team=1"):
+        UnityVecEnv(_two_behaviors())
+    with pytest.raises(UnityConfigurationError, match="not found"):
+        UnityVecEnv(_two_behaviors(), "C")
+
+
+def test_other_behaviors_answered_with_zeros_or_the_callback():
+    env = _two_behaviors()
+    venv = UnityVecEnv(env, "A?team=0")
+    assert venv.num_envs == 2
+    venv.reset()
+    venv.step(slot_actions(venv, 0))
+    assert env.actions_of(0, "B?team=1")[0].discrete.tolist() == [0]
+    assert env.unanswered == []
+
+    calls = []
+
+    def answer(name, dec):
+        calls.append(name)
+        return ActionTuple(discrete=np.full((len(dec), 1), 2, dtype=np.int32))
+
+    env = _two_behaviors()
+    venv = UnityVecEnv(env, "A?team=0", other_behaviors=answer)
+    venv.reset()
+    venv.step(slot_actions(venv, 0))
+    assert calls and set(calls) == {"B?team=1"}
+    assert env.actions_of(0, "B?team=1")[-1].discrete.tolist() == [2]
+
+
+# ---------------------------------------------------------------------- several instances, crashes
+def test_several_instances_are_slots_side_by_side():
+    envs = [ScriptedEnv([ScriptedAgent(), ScriptedAgent()], strict=True) for _ in range(2)]
+    venv = UnityVecEnv([lambda e=e: e for e in envs])
+    assert venv.num_envs == 4
+    assert venv.worker_ids == [0, 0, 1, 1]
+    assert venv.get_attr("worker_id") == [0, 0, 1, 1]
+    venv.reset()
+    actions = slot_actions(venv, 0)
+    venv.step(actions)
+    for w, env in enumerate(envs):
+        assert env.t == 1
+        for k in range(2):
+            np.testing.assert_allclose(env.actions_of(k)[0].continuous, actions[2 * w + k])
+    venv.close()
+    assert all(env.closed for env in envs)
+
+
+def test_num_slots_per_instance_must_fit():
+    envs = [ScriptedEnv([ScriptedAgent()]) for _ in range(2)]
+    with pytest.raises(UnityConfigurationError, match="multiple of the number of instances"):
+        UnityVecEnv(envs, num_slots=3)
+    venv = UnityVecEnv(envs, num_slots=[1, 2])
+    assert venv.num_envs == 3
+
+
+def test_strings_are_opened_with_open_unity_and_their_worker_id(monkeypatch):
+    calls = []
+
+    def fake_open_unity(target, **kwargs):
+        calls.append((target, kwargs))
+        return ScriptedEnv([ScriptedAgent()])
+
+    module = types.ModuleType("unity_sb3.unity.connect")
+    module.open_unity = fake_open_unity
+    monkeypatch.setitem(sys.modules, "unity_sb3.unity.connect", module)
+    venv = UnityVecEnv(["Ball3D", "Ball3D"], open_kwargs={"timeout_wait": 5})
+    assert venv.num_envs == 2
+    assert calls == [
+        ("Ball3D", {"worker_id": 0, "timeout_wait": 5}),
+        ("Ball3D", {"worker_id": 1, "timeout_wait": 5}),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("crash_in", "error"),
+    [("step", None), ("get_steps", None), ("step", UnityTimeOutException)],
+)
+def test_crashed_instance_is_reported_by_worker_id(crash_in, error):
+    kw = {"crash_error": error} if error else {}
+    envs = [
+        ScriptedEnv([ScriptedAgent()]),
+        ScriptedEnv([ScriptedAgent()], crash_at=3, crash_in=crash_in, **kw),
+    ]
+    venv = UnityVecEnv(envs)
+    venv.reset()
+    venv.step(slot_actions(venv, 0))
+    venv.step(slot_actions(venv, 1))
+    with pytest.raises(UnityProcessError, match=r"Unity worker 1:.*restart_on_crash") as info:
+        venv.step(slot_actions(venv, 2))
+    assert info.value.worker_id == 1
+    venv.close()
+
+
+def test_restart_needs_a_string_or_factory():
+    with pytest.raises(UnityConfigurationError, match="restart_on_crash=True needs"):
+        UnityVecEnv(ScriptedEnv([ScriptedAgent()]), restart_on_crash=True)
+
+
+def test_crashed_instance_is_restarted_when_asked():
+    made: list[ScriptedEnv] = []
+
+    def factory() -> ScriptedEnv:
+        env = ScriptedEnv([ScriptedAgent(), ScriptedAgent()], crash_at=3 if not made else None)
+        made.append(env)
+        return env
+
+    healthy = ScriptedEnv([ScriptedAgent()])
+    venv = UnityVecEnv([lambda: healthy, factory], restart_on_crash=True, restart_backoff=0.0)
+    venv.reset()
+    venv.step(slot_actions(venv, 0))
+    last, *_ = venv.step(slot_actions(venv, 1))
+    with pytest.warns(UserWarning, match="worker 1 crashed"):
+        obs, _reward, done, infos = venv.step(slot_actions(venv, 2))
+    assert len(made) == 2 and made[0].closed
+    assert done.tolist() == [False, True, True]
+    assert [info.get("restarted", False) for info in infos] == [False, True, True]
+    assert infos[1]["TimeLimit.truncated"] is True
+    np.testing.assert_array_equal(infos[1]["terminal_observation"], last[1])
+    assert obs[1:, T].tolist() == [0, 0]  # the restarted instance's first observations
+    assert healthy.t == 3
+    _, _, done, _ = venv.step(slot_actions(venv, 3))
+    assert not done.any()
+
+
+def test_restarts_are_limited():
+    made = []
+
+    def factory() -> ScriptedEnv:
+        made.append(1)
+        return ScriptedEnv([ScriptedAgent()], crash_at=2)
+
+    venv = UnityVecEnv(factory, restart_on_crash=True, max_restarts=2, restart_backoff=0.0)
+    venv.reset()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(UnityProcessError, match=r"worker 0.*after 2 restarts"):
+            for step in range(10):
+                venv.step(slot_actions(venv, step))
+    assert len(made) == 3
+
+
+# ---------------------------------------------------------------------- VecEnv contract
+def test_seed_is_passed_to_reseed_at_the_next_reset():
+    envs = [ScriptedEnv([ScriptedAgent()]) for _ in range(2)]
+    venv = UnityVecEnv(envs)
+    assert venv.seed(10) == [10, 11]
+    assert envs[0].seeds == []
+    venv.reset()
+    assert envs[0].seeds == [10] and envs[1].seeds == [11]
+    venv.reset()
+    assert envs[0].seeds == [10]
+
+
+def test_reset_returns_obs_and_reset_infos_and_resets_unity():
+    env, venv = make([ScriptedAgent(group_id=3), ScriptedAgent()])
+    assert env.reset_count == 1
+    obs = venv.reset()  # the construction's reset is reused
+    assert env.reset_count == 1
+    assert obs.shape == (2, 4)
+    assert venv.reset_infos == [
+        {"active": True, "group_id": 3, "group_reward": 0.0},
+        {"active": True, "group_id": 0, "group_reward": 0.0},
+    ]
+    venv.step(slot_actions(venv, 0))
+    obs = venv.reset()
+    assert env.reset_count == 2 and obs[:, T].tolist() == [0, 0]
+
+
+def test_get_set_attr_env_method_and_env_is_wrapped():
+    env = ScriptedEnv([ScriptedAgent(), ScriptedAgent()])
+    venv = UnityVecEnv(env)
+    channels = venv.get_attr("unity_sb3_channels")
+    assert channels == [env.unity_sb3_channels] * 2
+    assert venv.get_attr("agent_id") == venv.slot_agent_ids()
+    assert venv.get_attr("behavior_name", indices=0) == [DEFAULT_BEHAVIOR]
+    with pytest.raises(AttributeError, match="no_such_thing"):
+        venv.get_attr("no_such_thing")
+    assert not venv.has_attr("no_such_thing")
+    venv.set_attr("crash_at", 99, indices=[0])
+    assert env.crash_at == 99
+    venv.set_attr("note", "x", indices=[1])
+    assert venv.get_attr("note", indices=[1]) == ["x"]
+    venv.env_method("reseed", 5, indices=[0])
+    assert env.seeds == [5]
+    from stable_baselines3.common.monitor import Monitor
+
+    assert venv.env_is_wrapped(Monitor) == [False, False]
+
+
+def test_close_is_idempotent_and_blocks_further_steps():
+    env, venv = make([ScriptedAgent()])
+    venv.close()
+    venv.close()
+    assert env.closed
+    with pytest.raises(RuntimeError, match="closed"):
+        venv.step(slot_actions(venv, 0))
+
+
+def test_step_before_step_async_is_an_error():
+    _, venv = make([ScriptedAgent()])
+    with pytest.raises(RuntimeError, match="step_async"):
+        venv.step_wait()
+
+
+# ---------------------------------------------------------------------- SB3 wrappers
+def test_works_under_vec_monitor_and_vec_normalize():
+    _, venv = make([ScriptedAgent(episode_length=3), ScriptedAgent(episode_length=3)])
+    wrapped = VecNormalize(VecMonitor(venv), norm_obs=True, norm_reward=True)
+    obs = wrapped.reset()
+    assert obs.shape == (2, 4)
+    episodes = []
+    for step in range(6):
+        obs, _reward, _done, infos = wrapped.step(slot_actions(venv, step))
+        episodes += [info["episode"] for info in infos if "episode" in info]
+        assert np.all(np.isfinite(obs))
+    assert len(episodes) == 4
+    assert all(ep["l"] == 3 and ep["r"] == 3.0 for ep in episodes)
+
+
+def test_works_under_vec_frame_stack():
+    _, venv = make([ScriptedAgent(episode_length=2), ScriptedAgent()])
+    stacked = VecFrameStack(venv, n_stack=3)
+    obs = stacked.reset()
+    assert obs.shape == (2, 12)
+    obs, _, done, infos = stacked.step(slot_actions(venv, 0))
+    obs, _, done, infos = stacked.step(slot_actions(venv, 1))
+    assert done[0]
+    assert infos[0]["terminal_observation"].shape == (12,)
+    assert obs[0, -4 + T] == 2  # new episode's first frame is last; earlier frames zeroed
+    assert np.all(obs[0, :8] == 0)
+
+
+def test_works_under_vec_transpose_image_with_channel_last_images():
+    behavior = ScriptedBehavior([ScriptedAgent(), ScriptedAgent()], visual_shape=(8, 6, 3))
+    hwc = UnityVecEnv(ScriptedEnv(behavior), visual="uint8_hwc")
+    assert hwc.observation_space["camera"].shape == (8, 6, 3)
+    transposed = VecTransposeImage(hwc)
+    chw = UnityVecEnv(ScriptedEnv(behavior))
+    assert transposed.observation_space["camera"] == chw.observation_space["camera"]
+    a, b = transposed.reset(), chw.reset()
+    np.testing.assert_array_equal(a["camera"], b["camera"])
+    a, *_ = transposed.step(slot_actions(hwc, 0))
+    b, *_ = chw.step(slot_actions(chw, 0))
+    np.testing.assert_array_equal(a["camera"], b["camera"])
