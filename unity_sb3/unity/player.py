@@ -25,7 +25,8 @@ client, Python the server, each ``Exchange`` reply is Python's next input):
    fixed number of agents, set with its own parameters.
 2. The player sends an empty message; the reply is Python's first input (a reset).
 3. Each input is applied in Unity's order: side-channel bytes
-   (``receive_side_channel_data``), then the command (reset, or the actions followed by
+   (``receive_side_channel_data``; training-analytics messages are consumed by the player,
+   as by Unity's runtime), then the command (reset, or the actions followed by
    ``step()``); the next output carries every behavior's terminal agents (``done``,
    ``max_step_reached``) then its deciding agents (with action masks), plus the scene's
    outgoing side-channel bytes (``drain_side_channel_data``).
@@ -70,12 +71,14 @@ from mlagents_envs.exception import UnityException, UnityTimeOutException
 from unity_sb3.unity import compat as _compat  # noqa: F401
 from unity_sb3.unity.errors import UnityConfigurationError, UnityProcessError, UnityTimeoutError
 from unity_sb3.unity.player_codec import (
+    TRAINING_ANALYTICS_CHANNEL,
     BehaviorEncoder,
     ProtocolError,
     actions_from_proto,
     behavior_specs_of,
     brain_parameters_proto,
     capabilities_proto,
+    without_channels,
     write_steps,
 )
 
@@ -261,9 +264,10 @@ class StandInPlayer:
         """Apply side channels, then the command. Returns False on QUIT."""
         rl_input = reply.unity_input.rl_input
         if rl_input.side_channel:
+            data = without_channels(rl_input.side_channel, {TRAINING_ANALYTICS_CHANNEL})
             receive = getattr(self.env, "receive_side_channel_data", None)
-            if callable(receive):
-                receive(bytes(rl_input.side_channel))
+            if data and callable(receive):
+                receive(data)
         if rl_input.command == QUIT:
             return False
         if rl_input.command == RESET or not self._has_reset:
@@ -564,26 +568,39 @@ def main(argv: Sequence[str] | None = None) -> int:
     logger.info("unity_sb3 stand-in player for %s; arguments %s", args.scene, list(argv or sys.argv[1:]))
     if unknown:
         logger.info("Ignoring arguments a Unity player would ignore: %s", unknown)
-    signal.signal(signal.SIGTERM, _on_sigterm)
+    previous_sigterm = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        code = _serve(args)
+    finally:
+        signal.signal(signal.SIGTERM, previous_sigterm)
+        logger.removeHandler(handler)
+        handler.close()
+    return code
+
+
+def _serve(args: argparse.Namespace) -> int:
     env: BaseEnv | None = None
     try:
         try:
             params = dict(parse_param(p) for p in args.param)
         except ValueError as exc:
             logger.error("%s", exc)
-            return EXIT_USAGE
-        env = load_scene(args.scene, seed=args.seed, params=params)
-        player = StandInPlayer(
-            env,
-            args.mlagents_port,
-            name=args.scene,
-            timeout=args.timeout,
-            compress_visual=not args.raw_visual,
-            host=args.host,
-            log_path=str(Path(args.log_file).resolve()) if args.log_file and args.log_file != "-" else "",
-        )
-        logger.info("Behaviors: %s; connecting to %s:%d.", list(player.specs), args.host, args.mlagents_port)
-        code = player.run()
+            code = EXIT_USAGE
+        else:
+            env = load_scene(args.scene, seed=args.seed, params=params)
+            player = StandInPlayer(
+                env,
+                args.mlagents_port,
+                name=args.scene,
+                timeout=args.timeout,
+                compress_visual=not args.raw_visual,
+                host=args.host,
+                log_path=str(Path(args.log_file).resolve()) if args.log_file and args.log_file != "-" else "",
+            )
+            logger.info(
+                "Behaviors: %s; connecting to %s:%d.", list(player.specs), args.host, args.mlagents_port
+            )
+            code = player.run()
     except _Terminated:
         logger.info("Stopped by SIGTERM.")
         code = EXIT_CLOSED
@@ -603,7 +620,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             except Exception:
                 logger.exception("Closing the scene failed.")
     logger.info("Exit code %d.", code)
-    handler.flush()
     return code
 
 

@@ -25,6 +25,7 @@ writes and read what Python sends. Everything here is checked against how
 from __future__ import annotations
 
 import struct
+import uuid
 import zlib
 from collections.abc import Mapping
 from itertools import chain
@@ -44,6 +45,39 @@ from unity_sb3.unity.compat import channel_axis
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 #: zlib level for PNG data: 1 is ~3x faster than the default 6 and the images are tiny.
 PNG_COMPRESSION_LEVEL = 1
+
+
+#: Channel of ``DefaultTrainingAnalyticsSideChannel``: Unity's runtime consumes it, not the scene.
+TRAINING_ANALYTICS_CHANNEL = uuid.UUID("b664a4a9-d86f-5a5f-95cb-e8353a7e8356")
+
+
+def without_channels(data: bytes, channels: set[uuid.UUID]) -> bytes:
+    """Side-channel bytes with the messages of ``channels`` removed.
+
+    The format (both directions) is a sequence of: channel id (16 bytes, ``uuid.bytes_le``),
+    little-endian int32 length, payload.
+
+    :raises ProtocolError: when the bytes are truncated.
+    """
+    kept = []
+    offset = 0
+    view = memoryview(data)
+    while offset < len(data):
+        if offset + 20 > len(data):
+            raise ProtocolError(
+                f"truncated side-channel data: {len(data) - offset} bytes left at offset {offset}"
+            )
+        channel_id = uuid.UUID(bytes_le=bytes(view[offset : offset + 16]))
+        (length,) = struct.unpack_from("<i", data, offset + 16)
+        end = offset + 20 + length
+        if length < 0 or end > len(data):
+            raise ProtocolError(
+                f"side-channel message of {length} bytes at offset {offset} runs past the end"
+            )
+        if channel_id not in channels:
+            kept.append(view[offset:end])
+        offset = end
+    return b"".join(kept)
 
 
 class ProtocolError(RuntimeError):
