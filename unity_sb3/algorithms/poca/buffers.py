@@ -467,7 +467,8 @@ class POCARolloutBuffer(RolloutBuffer):
             }
         else:
             obs = th.cat([sample.observations.unsqueeze(1), sample.mate_observations], dim=1)
-        mask = th.cat([th.ones_like(sample.mate_mask[:, :1]), sample.mate_mask], dim=1)
+        own = th.ones((sample.mate_mask.shape[0], 1), dtype=th.bool, device=sample.mate_mask.device)
+        mask = th.cat([own, sample.mate_mask.bool()], dim=1)
         return obs, mask
 
     def member_inputs(self, sample: POCARolloutBufferSamples) -> tuple[Any, th.Tensor]:

@@ -121,5 +121,6 @@ class GroupCriticBody(nn.Module):
         own = self.obs_encoder(own_features).unsqueeze(1)
         mates = self.obs_action_encoder(th.cat([mate_features, mate_actions], dim=-1))
         entities = th.cat([own, mates], dim=1)
-        mask = th.cat([th.ones_like(mate_mask[:, :1]), mate_mask], dim=1)
+        own_mask = th.ones((mate_mask.shape[0], 1), dtype=th.bool, device=mate_mask.device)
+        mask = th.cat([own_mask, mate_mask.bool()], dim=1)
         return self._pool(entities, mask)

@@ -63,6 +63,7 @@ class PettingZooVecEnv(VecEnv):
         n = len(agents) if num_slots is None else int(num_slots)
         if n < 1:
             raise ValueError(f"num_slots must be >= 1, got {num_slots}.")
+        self.render_mode = None
         super().__init__(n, slot_obs_space, act_space)
         self._slot_agent: list[str | None] = [None] * n
         self._obs = self._placeholder_batch()

@@ -1,0 +1,363 @@
+"""POCA end to end on a tiny group VecEnv written here, and on PettingZoo through the adapter."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+import torch as th
+from gymnasium import spaces
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.vec_env import VecEnv
+
+from unity_sb3.algorithms.poca import POCA, PettingZooVecEnv
+from unity_sb3.algorithms.poca.buffers import POCARolloutBuffer
+
+
+class SacrificeVecEnv(VecEnv):
+    """Groups of 3 slots (one per instance). Action 0 of branch 0 = "sacrifice": that agent dies
+    (done, reward 0) and its slot is inactive; the next step the survivors get group reward +1
+    and the group ends. Nobody sacrificing for ``horizon`` steps truncates the group with 0.
+    Records every action it received with the slot's activity, so tests can check masks and
+    that inactive actions are dropped.
+    """
+
+    def __init__(self, action: str = "discrete", n_instances: int = 1, masks: bool = False, horizon: int = 4):
+        self.kind = action
+        self.n_instances = n_instances
+        self.horizon = horizon
+        self.masks = masks
+        n = 3 * n_instances
+        self.render_mode = None
+        action_space: spaces.Space = {
+            "discrete": spaces.Discrete(3),
+            "multidiscrete": spaces.MultiDiscrete([3, 2]),
+            "box": spaces.Box(-1.0, 1.0, (2,), np.float32),
+        }[action]
+        super().__init__(n, spaces.Box(-1.0, 1.0, (4,), np.float32), action_space)
+        self.received: list[tuple[np.ndarray, np.ndarray]] = []
+        self._actions: np.ndarray | None = None
+        self._reset_all()
+
+    def _reset_all(self) -> None:
+        self.alive = np.ones(self.num_envs, dtype=bool)
+        self.t = np.zeros(self.n_instances, dtype=int)
+        self.pending_win = np.zeros(self.n_instances, dtype=bool)
+
+    def _obs(self) -> np.ndarray:
+        obs = np.zeros((self.num_envs, 4), dtype=np.float32)
+        for g in range(self.n_instances):
+            sl = slice(3 * g, 3 * g + 3)
+            obs[sl, 0] = self.t[g] / self.horizon
+            obs[sl, 1] = self.alive[sl].sum() / 3.0
+            obs[sl, 2] = np.arange(3) / 3.0
+        obs[~self.alive] = 0.0
+        return obs
+
+    def _info(self, i: int) -> dict[str, Any]:
+        return {"active": bool(self.alive[i]), "group_id": 1, "instance": i // 3, "group_reward": 0.0}
+
+    def reset(self):
+        self._reset_all()
+        self.reset_infos = [self._info(i) for i in range(self.num_envs)]
+        return self._obs()
+
+    def step_async(self, actions):
+        self._actions = np.asarray(actions)
+
+    def _sacrifices(self, actions: np.ndarray) -> np.ndarray:
+        if self.kind == "discrete":
+            return actions.reshape(-1) == 0
+        if self.kind == "multidiscrete":
+            return actions[:, 0] == 0
+        return actions[:, 0] < -0.5
+
+    def step_wait(self):
+        actions = self._actions
+        self.received.append((actions.copy(), self.alive.copy()))
+        n = self.num_envs
+        rewards = np.zeros(n, dtype=np.float32)
+        dones = np.zeros(n, dtype=bool)
+        infos = [self._info(i) for i in range(n)]
+        sacrifice = self._sacrifices(actions) & self.alive
+        for g in range(self.n_instances):
+            sl = np.arange(3 * g, 3 * g + 3)
+            self.t[g] += 1
+            end, truncated, group_reward = False, False, 0.0
+            if self.pending_win[g]:
+                end, group_reward = True, 1.0
+            elif sacrifice[sl].any():
+                first = sl[np.flatnonzero(sacrifice[sl])[0]]
+                dones[first] = True
+                infos[first].update(terminal_observation=self._obs()[first], **{"TimeLimit.truncated": False})
+                self.alive[first] = False
+                self.pending_win[g] = True
+            elif self.t[g] >= self.horizon:
+                end, truncated = True, True
+            if end:
+                terminal = self._obs()
+                for i in sl[self.alive[sl]]:
+                    dones[i] = True
+                    infos[i].update(
+                        terminal_observation=terminal[i],
+                        group_reward=group_reward,
+                        **{"TimeLimit.truncated": truncated},
+                    )
+                self.alive[sl] = True
+                self.t[g] = 0
+                self.pending_win[g] = False
+        obs = self._obs()
+        for i in range(n):
+            infos[i]["active"] = bool(self.alive[i])
+        return obs, rewards, dones, infos
+
+    def action_masks(self) -> np.ndarray:
+        width = 3 if self.kind == "discrete" else 5
+        masks = np.ones((self.num_envs, width), dtype=bool)
+        masks[:, 1] = False  # action 1 of branch 0 is never allowed
+        return masks
+
+    def close(self):
+        pass
+
+    def get_attr(self, attr_name, indices=None):
+        if attr_name == "action_masks" and not self.masks:
+            raise AttributeError(attr_name)
+        return [getattr(self, attr_name) for _ in self._get_indices(indices)]
+
+    def set_attr(self, attr_name, value, indices=None):
+        setattr(self, attr_name, value)
+
+    def env_method(self, method_name, *args, indices=None, **kwargs):
+        if method_name == "action_masks":
+            return list(self.action_masks()[list(self._get_indices(indices))])
+        return [getattr(self, method_name)(*args, **kwargs) for _ in self._get_indices(indices)]
+
+    def env_is_wrapped(self, wrapper_class, indices=None):
+        return [False for _ in self._get_indices(indices)]
+
+
+SMALL = dict(
+    n_steps=16, batch_size=32, n_epochs=2, policy_kwargs=dict(net_arch=[32], critic_embed_dim=16), seed=0
+)
+
+
+@pytest.mark.parametrize("action", ["discrete", "multidiscrete", "box"])
+def test_learn_runs_on_every_action_space(action):
+    env = SacrificeVecEnv(action, n_instances=2)
+    model = POCA("MlpPolicy", env, **SMALL).learn(64)
+    assert model.num_timesteps >= 64
+    buffer = model.rollout_buffer
+    assert buffer.active.any() and not buffer.active.all()  # dead agents left inactive rows
+    assert np.isfinite(buffer.returns).all() and np.isfinite(buffer.baselines).all()
+
+
+def test_inactive_rows_never_sampled():
+    env = SacrificeVecEnv()
+    model = POCA("MlpPolicy", env, **SMALL)
+    model.learn(48)
+    buffer = model.rollout_buffer
+    n_rows = sum(batch.returns.shape[0] for batch in buffer.get(7))
+    assert n_rows == int(buffer.active.sum()) < buffer.active.size
+
+
+def test_group_keys_use_instance_and_mates_stay_within_it():
+    env = SacrificeVecEnv(n_instances=2)
+    model = POCA("MlpPolicy", env, **SMALL)
+    model.learn(16)
+    buffer: POCARolloutBuffer = model.rollout_buffer
+    t = int(np.flatnonzero(buffer.active.all(axis=1))[0])
+    assert len(set(buffer.group_keys[t, :3])) == 1 and len(set(buffer.group_keys[t, 3:])) == 1
+    assert buffer.group_keys[t, 0] != buffer.group_keys[t, 3]
+    assert set(buffer.mates[t, 0].tolist()) == {1, 2}
+    assert set(buffer.mates[t, 4].tolist()) == {3, 5}
+
+
+def test_posthumous_credit_in_a_real_rollout():
+    """The agent that died targets the group's return, which includes the +1 it never saw."""
+    env = SacrificeVecEnv()
+    model = POCA("MlpPolicy", env, gamma=0.9, gae_lambda=1.0, **SMALL)
+    model.learn(48)
+    b = model.rollout_buffer
+    for t in range(b.buffer_size - 2):
+        died = np.flatnonzero(b.dones[t] & b.active[t] & ~b.truncated[t])
+        if died.size == 1 and b.group_rewards[t + 1].max() == 1.0:
+            survivor = np.flatnonzero(b.active[t + 1])[0]
+            assert b.returns[t, died[0]] == pytest.approx(0.9 * 1.0)
+            assert b.returns[t, survivor] == pytest.approx(0.9 * 1.0)
+            return
+    pytest.fail("no sacrifice followed by a win in the rollout")
+
+
+def test_masked_actions_never_sampled_and_inactive_dropped():
+    env = SacrificeVecEnv("multidiscrete", masks=True)
+    model = POCA("MlpPolicy", env, **SMALL).learn(64)
+    actions = np.concatenate([a for a, _ in env.received])
+    assert not (actions[:, 0] == 1).any()
+    assert model.rollout_buffer.has_masks
+    masks = np.ones((5, 5), dtype=bool)
+    masks[:, 1] = False
+    predicted, _ = model.predict(np.zeros((5, 4), np.float32), action_masks=masks)
+    assert not (predicted[:, 0] == 1).any()
+
+
+def test_masks_ignored_when_disabled():
+    env = SacrificeVecEnv(masks=True)
+    model = POCA("MlpPolicy", env, use_masking=False, **SMALL).learn(32)
+    assert not model.rollout_buffer.has_masks
+
+
+def test_predict_deterministic_and_save_load_round_trip(tmp_path):
+    env = SacrificeVecEnv("box")
+    model = POCA("MlpPolicy", env, **SMALL).learn(32)
+    obs = np.random.default_rng(0).uniform(-1, 1, (6, 4)).astype(np.float32)
+    a1, _ = model.predict(obs, deterministic=True)
+    a2, _ = model.predict(obs, deterministic=True)
+    np.testing.assert_array_equal(a1, a2)
+    model.save(tmp_path / "poca")
+    loaded = POCA.load(tmp_path / "poca", env=env)
+    np.testing.assert_allclose(loaded.predict(obs, deterministic=True)[0], a1, rtol=1e-6)
+    with th.no_grad():
+        obs_t = th.as_tensor(obs[:3]).unsqueeze(0)
+        mask = th.ones((1, 3), dtype=th.bool)
+        assert loaded.policy.predict_group_values(obs_t, mask).item() == pytest.approx(
+            model.policy.predict_group_values(obs_t, mask).item(), rel=1e-6
+        )
+    loaded.learn(16, reset_num_timesteps=False)  # continues training
+
+
+def test_linear_schedules_decay_to_ml_agents_floors():
+    env = SacrificeVecEnv()
+    model = POCA("MlpPolicy", env, learning_rate=1e-3, clip_range=0.3, ent_coef=0.01, **SMALL)
+    assert model.lr_schedule(1.0) == pytest.approx(1e-3)
+    assert model.lr_schedule(0.0) == pytest.approx(1e-10)
+    assert model.clip_range_schedule(0.0) == pytest.approx(0.1)
+    assert model.ent_coef_schedule(0.0) == pytest.approx(1e-5)
+    constant = POCA("MlpPolicy", env, schedule="constant", **SMALL)
+    assert constant.clip_range_schedule(0.0) == pytest.approx(0.2)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        (dict(schedule="cosine"), "schedule"),
+        (dict(batch_size=0), "batch_size"),
+        (dict(clip_range=-1.0), "clip"),
+    ],
+)
+def test_bad_arguments_raise_clear_errors(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        POCA("MlpPolicy", SacrificeVecEnv(), **kwargs)
+
+
+def test_callbacks_logger_and_tensorboard(tmp_path):
+    class Count(BaseCallback):
+        def __init__(self):
+            super().__init__()
+            self.steps = 0
+
+        def _on_step(self) -> bool:
+            self.steps += 1
+            return True
+
+    callback = Count()
+    model = POCA("MlpPolicy", SacrificeVecEnv(), tensorboard_log=str(tmp_path), **SMALL)
+    model.learn(32, callback=callback, progress_bar=True)
+    assert callback.steps == SMALL["n_steps"]  # one rollout of 16 steps x 3 slots covers 32
+    assert any(tmp_path.rglob("events.*"))
+
+
+def test_group_attention_handles_any_group_size():
+    model = POCA("MlpPolicy", SacrificeVecEnv(), **SMALL)
+    policy = model.policy
+    obs = th.randn(2, 5, 4)
+    mask = th.tensor([[1, 1, 0, 0, 0], [1, 1, 1, 1, 1]], dtype=th.bool)
+    values = policy.predict_group_values(obs, mask)
+    # padding content must not matter
+    obs2 = obs.clone()
+    obs2[0, 2:] = 99.0
+    assert policy.predict_group_values(obs2, mask)[0].item() == pytest.approx(values[0].item(), abs=1e-5)
+    # groups of one: baseline with zero groupmates
+    b = policy.predict_baselines(obs[:, 0], obs[:, :0], th.zeros(2, 0, 1), th.zeros(2, 0, dtype=th.bool))
+    assert b.shape == (2,)
+
+
+# ---------------------------------------------------------------- PettingZoo
+
+
+def _pistonball_like():
+    from pettingzoo.test import parallel_api_test  # noqa: F401  (ensures pettingzoo present)
+    from pettingzoo.utils.env import ParallelEnv
+
+    class Tiny(ParallelEnv):
+        """4 agents; an agent that picks 1 terminates; the episode truncates after 5 steps."""
+
+        metadata = {"name": "tiny_v0"}
+
+        def __init__(self):
+            self.possible_agents = [f"a{i}" for i in range(4)]
+            self.agents = []
+
+        def observation_space(self, agent):
+            return spaces.Dict(
+                {"observation": spaces.Box(0, 1, (2,), np.float32), "action_mask": spaces.MultiBinary(2)}
+            )
+
+        def action_space(self, agent):
+            return spaces.Discrete(2)
+
+        def _obs(self, agent):
+            return {
+                "observation": np.array([self.t / 5, 1.0], np.float32),
+                "action_mask": np.array([1, 1], np.int8),
+            }
+
+        def reset(self, seed=None, options=None):
+            self.agents = list(self.possible_agents)
+            self.t = 0
+            return {a: self._obs(a) for a in self.agents}, {a: {} for a in self.agents}
+
+        def step(self, actions):
+            self.t += 1
+            obs = {a: self._obs(a) for a in self.agents}
+            rew = {a: float(actions[a]) for a in self.agents}
+            term = {a: bool(actions[a] == 1) for a in self.agents}
+            trunc = {a: self.t >= 5 for a in self.agents}
+            self.agents = [a for a in self.agents if not (term[a] or trunc[a])]
+            return obs, rew, term, trunc, {a: {} for a in obs}
+
+    return Tiny()
+
+
+@pytest.mark.parametrize(
+    "group_fn",
+    [None, lambda name: 1 + int(name[1:]) % 2, lambda name: 0],
+    ids=["one_group", "two_groups", "solo"],
+)
+def test_pettingzoo_adapter_slots_groups_and_learning(group_fn):
+    venv = PettingZooVecEnv(_pistonball_like(), group_fn=group_fn)
+    obs = venv.reset()
+    assert obs.shape == (4, 2) and venv.action_masks().shape == (4, 2)
+    obs, _, dones, infos = venv.step(np.array([1, 0, 0, 0]))
+    assert dones.tolist() == [True, False, False, False]
+    assert infos[0]["TimeLimit.truncated"] is False and not infos[0]["active"]
+    assert all(info["active"] for info in infos[1:])
+    expected_groups = [1 if group_fn is None else group_fn(f"a{i}") for i in range(1, 4)]
+    assert [info["group_id"] for info in infos[1:]] == expected_groups
+    for _ in range(4):
+        obs, _rewards, dones, infos = venv.step(np.zeros(4, dtype=int))
+    assert dones[1:].all() and all(info["TimeLimit.truncated"] for info in infos[1:])
+    assert all(info["active"] for info in infos)  # env reset: every slot has a new agent
+    model = POCA("MlpPolicy", venv, **SMALL).learn(64)
+    buffer = model.rollout_buffer
+    assert buffer.has_masks
+    if group_fn is not None and group_fn("a0") == 0:
+        assert buffer.mates.shape[2] == 0  # groups of one: no groupmates anywhere
+
+
+def test_pettingzoo_adapter_refuses_mixed_spaces():
+    env = _pistonball_like()
+    env.action_space = lambda agent: spaces.Discrete(2 if agent == "a0" else 3)
+    with pytest.raises(ValueError, match="pad_action_space"):
+        PettingZooVecEnv(env)
