@@ -185,6 +185,7 @@ class POCA(OnPolicyAlgorithm):
         self.target_kl = target_kl
         self._last_infos: list[dict[str, Any]] | None = None
         self._group_codes: dict[tuple[Any, Any], int] = {}
+        self._slot_instances: list[Any] = []
         if _init_setup_model:
             self._setup_model()
 
@@ -215,7 +216,7 @@ class POCA(OnPolicyAlgorithm):
         self.ent_coef_schedule = _make_schedule(self.ent_coef_initial, "ent_coef", self.schedule)
 
     def _excluded_save_params(self) -> list[str]:
-        return [*super()._excluded_save_params(), "_last_infos", "_group_codes"]
+        return [*super()._excluded_save_params(), "_last_infos", "_group_codes", "_slot_instances"]
 
     # ------------------------------------------------------------ collection
 
@@ -223,7 +224,8 @@ class POCA(OnPolicyAlgorithm):
         group_id = info.get("group_id", 0)
         if group_id is None or int(group_id) == 0:
             return -(slot + 1)  # a group of one, never shared with another slot
-        key = (info.get("instance", 0), int(group_id))
+        instance = info.get("instance", self._slot_instances[slot] if slot < len(self._slot_instances) else 0)
+        key = (instance, int(group_id))
         code = self._group_codes.get(key)
         if code is None:
             if len(self._group_codes) > 100_000:
@@ -259,7 +261,18 @@ class POCA(OnPolicyAlgorithm):
         if must_reset or self._last_infos is None:
             assert self.env is not None
             self._last_infos = self._initial_infos(self.env)
+        self._slot_instances = self._find_slot_instances(self.env)  # type: ignore[arg-type]
         return result
+
+    @staticmethod
+    def _find_slot_instances(env: VecEnv) -> list[Any]:
+        """Unity instance of each slot (``worker_id`` of UnityVecEnv slots), for infos without ``instance``."""
+        try:
+            if env.has_attr("worker_id"):
+                return list(env.get_attr("worker_id"))
+        except Exception:  # an env whose attribute lookup fails: treat as one instance
+            pass
+        return [0] * env.num_envs
 
     def _action_masks(self, env: VecEnv) -> np.ndarray | None:
         if not self.use_masking or isinstance(self.action_space, spaces.Box):
