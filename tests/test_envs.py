@@ -40,7 +40,7 @@ SMALL = {
     "Ball3D": {"num_agents": 4, "max_steps": 400},
     "GridWorld": {"num_agents": 3},
     "Escape": {"num_agents": 6},
-    "PyramidsLite": {"num_agents": 3},
+    "PyramidsLite": {"num_agents": 3, "max_steps": 60},
 }
 
 
@@ -232,26 +232,58 @@ def test_agent_ids_per_episode(name, stable):
 
 @pytest.mark.parametrize("name", SCENES)
 def test_interrupted_on_max_steps(name):
+    """Agents that get no actions (zeros: stay / keep the tilt) are interrupted at max_steps."""
     behavior = BEHAVIORS[name]
     params = {**SMALL[name], "max_steps": 10 if name == "Ball3D" else 4}
+    if name == "Escape":
+        params["guard_move_prob"] = 0.0
     env = make_scene(name, seed=0, **params)
+    env.reset()
     interrupted = []
-    for _d, t in run(env, behavior, "expert", 12):
-        interrupted += t.interrupted.tolist()
-    assert interrupted and all(interrupted)
+    for _ in range(12):
+        env.step()
+        interrupted += env.get_steps(behavior)[1].interrupted.tolist()
+    assert len(interrupted) >= 2 * env.num_agents and all(interrupted)
+
+
+# (expert mean return >=, random mean return <) per finished agent episode (group reward included)
+EXPERT_VS_RANDOM = {
+    "Ball3D": (90.0, 30.0),
+    "GridWorld": (0.5, 0.1),
+    "Escape": (0.6, 0.2),
+    "PyramidsLite": (1.5, 0.5),
+}
+STAT_KEYS = {
+    "Ball3D": "Environment/BallMass",
+    "GridWorld": "GridWorld/SuccessRate",
+    "Escape": "Escape/SuccessRate",
+    "PyramidsLite": "Pyramids/SuccessRate",
+}
 
 
 @pytest.mark.parametrize("name", SCENES)
 def test_expert_beats_random(name):
     behavior = BEHAVIORS[name]
-    budget = {"Ball3D": 1100, "GridWorld": 400, "Escape": 500, "PyramidsLite": 500}[name]
-    params = {"Ball3D": {"num_agents": 4}}.get(name, {})
+    budget = {"Ball3D": 1100, "GridWorld": 300, "Escape": 400, "PyramidsLite": 500}[name]
+    params = {"Ball3D": {"num_agents": 4}, "Escape": {"num_agents": 12}}.get(name, {})
     expert = episode_returns(make_scene(name, seed=1, **params), behavior, "expert", budget)
     random = episode_returns(make_scene(name, seed=1, **params), behavior, "random", budget)
     assert len(expert) >= 4 and len(random) >= 4
-    threshold = {"Ball3D": 90.0, "GridWorld": 0.5, "Escape": 0.8, "PyramidsLite": 1.5}[name]
-    assert np.mean(expert) >= threshold
-    assert np.mean(random) < threshold - (60 if name == "Ball3D" else 0.4)
+    expert_min, random_max = EXPERT_VS_RANDOM[name]
+    assert np.mean(expert) >= expert_min
+    assert np.mean(random) < random_max
+
+
+@pytest.mark.parametrize("name", SCENES)
+def test_stats_come_back_in_process(name):
+    stats = StatsSideChannel()
+    env = make_scene(name, seed=0, side_channels=[stats], **SMALL[name])
+    for _ in run(env, BEHAVIORS[name], "expert", 60):
+        pass
+    reported = stats.get_and_reset_stats()[STAT_KEYS[name]]
+    assert reported and all(method == StatsAggregationMethod.AVERAGE for _, method in reported)
+    if name != "Ball3D":  # success rates of the expert
+        assert np.mean([value for value, _ in reported]) > 0.9
 
 
 # ------------------------------------------------------------------------------------------- Ball3D
@@ -394,3 +426,111 @@ def test_player_side_methods_on_scene():
     SideChannelManager([stats]).process_side_channel_message(env.drain_side_channel_data())
     assert stats.get_and_reset_stats()["Environment/BallMass"] == [(2.0, StatsAggregationMethod.AVERAGE)] * 2
     assert env.drain_side_channel_data() == b""
+
+
+# ----------------------------------------------------------------------------------------- GridWorld
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_gridworld_masks_match_walls_and_expert_respects_them(channels_last):
+    env = make_scene(
+        "GridWorld", seed=2, num_agents=6, grid_size=4, image_size=24, channels_last=channels_last
+    )
+    spec = env.behavior_specs["GridWorld?team=0"]
+    assert spec.observation_specs[0].shape == ((24, 24, 3) if channels_last else (3, 24, 24))
+    assert spec.observation_specs[1].observation_type.name == "GOAL_SIGNAL"
+    masked_seen = 0
+    for d, _t in run(env, "GridWorld?team=0", "expert", 120):
+        image = d.obs[0] if channels_last else d.obs[0].transpose(0, 2, 3, 1)
+        x, y = env._find(image, np.array([0.0, 0.0, 1.0])).T  # the agent, read from the image
+        mask = d.action_mask[0]
+        np.testing.assert_array_equal(mask[:, 0], False)  # "stay" is always allowed
+        np.testing.assert_array_equal(mask[:, 1], y == 3)  # up
+        np.testing.assert_array_equal(mask[:, 2], y == 0)  # down
+        np.testing.assert_array_equal(mask[:, 3], x == 0)  # left
+        np.testing.assert_array_equal(mask[:, 4], x == 3)  # right
+        masked_seen += int(mask.sum())
+        chosen = env.expert_actions("GridWorld?team=0", d).discrete[:, 0]
+        assert not mask[np.arange(len(d)), chosen].any()
+    assert masked_seen > 0
+
+
+def test_gridworld_rewards():
+    env = make_scene("GridWorld", seed=0, num_agents=4)
+    rewards = []
+    for d, t in run(env, "GridWorld?team=0", "random", 200):
+        if len(d) and len(t) == 0:
+            np.testing.assert_allclose(d.reward[d.reward != 0], -0.01, rtol=1e-6)
+        rewards += t.reward[~t.interrupted].tolist()
+    assert set(np.round(rewards, 4)) <= {1.0, -1.0} and len(set(np.round(rewards, 4))) == 2
+
+
+# -------------------------------------------------------------------------------------------- Escape
+
+
+def test_escape_dead_agents_leave_until_group_reset():
+    env = make_scene("Escape", seed=3, num_agents=6)
+    behavior = "DungeonEscape?team=0"
+    dead: set[int] = set()
+    wins = deaths = 0
+    previous_ids: set[int] = set()
+    for d, t in run(env, behavior, "expert", 300):
+        ids, ended = set(d.agent_id.tolist()), set(t.agent_id.tolist())
+        assert not (ids | ended) & dead, "a dead agent came back"
+        assert set(np.unique(d.group_id).tolist()) <= {1, 2}
+        for i, agent in enumerate(t.agent_id.tolist()):
+            group_done = [
+                a for a, g in zip(d.agent_id.tolist(), d.group_id) if g == t.group_id[i] and a in previous_ids
+            ]
+            if t.group_reward[i] == 0 and not t.interrupted[i] and group_done:
+                dead.add(agent)  # died while its group plays on
+                deaths += 1
+                assert len(group_done) == 2  # the other two still ask for decisions
+            elif t.group_reward[i] > 0:
+                wins += 1
+        previous_ids = ids
+        np.testing.assert_array_equal(d.reward, 0.0)  # no individual reward, only the group's
+    assert deaths >= 4 and wins >= 8
+
+
+def test_escape_group_interrupted_on_max_steps():
+    env = make_scene("Escape", seed=0, num_agents=3, max_steps=5, guard_move_prob=0.0)
+    stays = ActionTuple(discrete=np.zeros((3, 1), dtype=np.int32))
+    env.reset()
+    for _ in range(5):
+        env.set_actions("DungeonEscape?team=0", stays)
+        env.step()
+    d, t = env.get_steps("DungeonEscape?team=0")
+    assert len(t) == 3 and t.interrupted.all() and (np.asarray(t.group_id) == 1).all()
+    assert len(d) == 3 and not set(d.agent_id.tolist()) & set(t.agent_id.tolist())
+
+
+@pytest.mark.parametrize("prob", [0.0, 1.0])
+def test_escape_guard_speed_is_an_environment_parameter(prob):
+    params = EnvironmentParametersChannel()
+    params.set_float_parameter("guard_move_prob", prob)
+    env = make_scene("Escape", seed=0, num_agents=12, side_channels=[params])
+    env.reset()
+    moves = 0
+    for _ in range(10):
+        before, alive = env._guard.copy(), env._guard_alive.copy()
+        env.step()  # no actions: everybody stays
+        moves += int((alive & (env._guard != before).any(axis=1)).sum())
+    assert (moves >= 10) if prob == 1.0 else (moves == 0)
+
+
+# -------------------------------------------------------------------------------------- PyramidsLite
+
+
+def test_pyramids_target_appears_only_after_the_switch():
+    env = make_scene("PyramidsLite", seed=0, num_agents=4)
+    pressed_seen = False
+    for d, t in run(env, "Pyramids?team=0", "expert", 60):
+        obs = d.obs[0]
+        hidden = obs[:, 4] == 0
+        np.testing.assert_array_equal(obs[hidden, 5:8], 0.0)
+        pressed_seen |= bool((~hidden).any())
+        assert set(np.round(t.reward, 3).tolist()) <= {round(2.0 - 0.001 * k, 3) for k in range(0, 60)} | {
+            2.0
+        }
+    assert pressed_seen

@@ -30,6 +30,9 @@ if TYPE_CHECKING:
 #: scene name -> "module:class"
 SCENES: dict[str, str] = {
     "Ball3D": "unity_sb3.envs.ball3d:Ball3D",
+    "GridWorld": "unity_sb3.envs.gridworld:GridWorld",
+    "Escape": "unity_sb3.envs.escape:Escape",
+    "PyramidsLite": "unity_sb3.envs.pyramids:PyramidsLite",
 }
 
 __all__ = ["SCENES", "describe_scene", "list_scenes", "make_scene", "scene_class"]

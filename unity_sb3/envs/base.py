@@ -170,6 +170,9 @@ class EmbeddedScene(BaseEnv):
         """Reset the state of agents ``idx`` (int array) for a new episode."""
         raise NotImplementedError
 
+    def _on_episode_end(self, idx: np.ndarray, interrupted: np.ndarray) -> None:
+        """Called after agents ``idx`` ended an episode (e.g. to report stats)."""
+
     def _advance(self, max_substeps: int) -> int:
         """Run at most ``max_substeps`` academy steps for the active agents.
 
@@ -204,6 +207,7 @@ class EmbeddedScene(BaseEnv):
         self._reward[idx] = 0.0
         self._group_reward[idx] = 0.0
         self._active[idx] = False
+        self._on_episode_end(idx, flags)
 
     def _start(self, idx: np.ndarray) -> None:
         """Start new episodes for agents ``idx`` (new ids unless ``stable_agent_ids``)."""
