@@ -13,7 +13,7 @@ Each agent has its own walled room of ``grid_size`` x ``grid_size`` cells with a
   -1 and episode end at the other goal. ``max_steps`` = 100 decisions.
 * Stats: ``GridWorld/SuccessRate`` (1 at the right goal, else 0) per finished episode.
 
-Image colours: floor black, walls grey, agent blue, plus goal green, ex goal red.
+Image colours: floor black, walls grey (128/255), agent blue, plus goal green, ex goal red.
 """
 
 from __future__ import annotations
@@ -35,9 +35,10 @@ from unity_sb3.envs._grid import DOWN, LEFT, MOVES, RIGHT, UP, GridScene, distin
 from unity_sb3.unity.errors import UnityConfigurationError
 
 FLOOR, WALL, AGENT, PLUS, EX = range(5)
+# colours as k / 255 so that they survive PNG compression bit for bit (stand-in player)
 PALETTE = np.array(
-    [[0.0, 0.0, 0.0], [0.5, 0.5, 0.5], [0.0, 0.0, 1.0], [0.0, 1.0, 0.0], [1.0, 0.0, 0.0]], dtype=np.float32
-)
+    [[0, 0, 0], [128, 128, 128], [0, 0, 255], [0, 255, 0], [255, 0, 0]], dtype=np.float32
+) / np.float32(255)
 
 
 class GridWorld(GridScene):
