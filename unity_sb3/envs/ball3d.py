@@ -97,11 +97,13 @@ class Ball3D(EmbeddedScene):
         self._tilt = self._s[:, 0:2]
         self._pos = self._s[:, 2:5:2]  # (x, z) view
         self._vel = self._s[:, 5:8:2]  # (vx, vz) view
-        self._supported = np.ones(n, dtype=bool)
         self._mass = np.ones(n)
         self._scale = np.ones(n)
         self._gravity = np.full(n, 9.81)
-        self._rest_col = np.full((n, 1), PLATFORM_TOP + 0.5)
+        # height of the ball's centre at rest on the platform; -inf once it left the platform
+        self._floor = np.full((n, 1), PLATFORM_TOP + 0.5)
+        self._event_side = np.full((n, 1), EDGE)  # |x| or |z| beyond which something happens
+        self._steps_left = self.max_steps  # min over agents of max_steps - step count
         k = np.arange(1, period + 1, dtype=np.float64)
         self._dk = DEG_PER_ACTION * k  # tilt change after k physics steps at action 1
         self._dtk = DT * k
@@ -126,13 +128,14 @@ class Ball3D(EmbeddedScene):
         s[idx, 4] = rng.uniform(-1.5, 1.5, size=m)
         s[idx, 3] = 4.0
         s[idx, 5:8] = 0.0
-        self._supported[idx] = True
+        self._event_side[idx] = EDGE
         mass = np.maximum(self._param("mass", m), 0.05)
         scale = np.maximum(self._param("scale", m), 0.05)
         self._mass[idx] = mass
         self._scale[idx] = scale
         self._gravity[idx] = self._param("gravity", m)
-        self._rest_col[idx, 0] = PLATFORM_TOP + 0.5 * scale
+        self._floor[idx, 0] = PLATFORM_TOP + 0.5 * scale
+        self._steps_left = self.max_steps - int(self._step_count.max())
         self._fall_g[idx] = self._gravity[idx, None] * self._fall
         self._acc_gain[idx] = (ROLL * self._gravity[idx, None] * AXIS_SIGN)[:, :, None]
         period = self.decision_period
@@ -151,27 +154,26 @@ class Ball3D(EmbeddedScene):
         r, period = max_substeps, self.decision_period
         s = self._s
         # Every op below works on all agents and all physics steps of the interval at once;
-        # small arrays make numpy's per-call cost dominate, so reductions are avoided.
+        # with small arrays numpy's per-call cost dominates, so the op count is kept low.
         step = np.minimum(np.maximum(self._cont_action, -1.0), 1.0)
         tilt = self._tilt[:, :, None] + step[:, :, None] * self._dk[:r]
         np.minimum(np.maximum(tilt, -TILT_LIMIT, out=tilt), TILT_LIMIT, out=tilt)  # (n, 2, r)
         y0, vy0 = s[:, 3:4], s[:, 6:7]
         y = y0 + self._dtk[:r] * vy0 - self._fall_g[:, :r]  # free fall, (n, r)
-        contact = (y <= self._rest_col) & self._supported[:, None]
-        np.copyto(y, self._rest_col, where=contact)
+        contact = y <= self._floor  # the floor is -inf once the ball left the platform
+        np.maximum(y, self._floor, out=y)
         acc = np.sin(tilt * RAD) * self._acc_gain * contact[:, None, :]
         # one matmul gives velocity and position sums: columns [0, period) and [period, 2 period)
         out = acc @ self._vel_pos_mat[:, :r, :]
-        v0 = self._vel[:, :, None]
-        pos = self._pos[:, :, None] + v0 * self._pos_pow[:, None, :r] + out[:, :, period : period + r]
+        pos = self._pos[:, :, None] + self._vel[:, :, None] * self._pos_pow[:, None, :r]
+        pos += out[:, :, period : period + r]
         side = np.maximum(np.abs(pos[:, 0]), np.abs(pos[:, 1]))  # (n, r)
-        lost = (side > LOST_SIDE) | (y < LOST_BELOW)
-        events = ((side > EDGE) & self._supported[:, None]) | lost
-        ev = events.any(axis=0)
+        # events: the ball leaves the platform (side > EDGE while supported) or is lost
+        ev = ((side > self._event_side) | (y < LOST_BELOW)).any(axis=0)
         first = int(ev.argmax())
         e = first + 1 if ev[first] else r
-        left = self.max_steps - int(self._step_count.max()) if self.max_steps > 0 else e
-        e = max(1, min(e, left))
+        if self.max_steps > 0:
+            e = max(1, min(e, self._steps_left))
         j = e - 1
         self._tilt[:] = tilt[:, :, j]
         self._pos[:] = pos[:, :, j]
@@ -179,15 +181,18 @@ class Ball3D(EmbeddedScene):
         s[:, 3] = y[:, j]
         s[:, 6] = np.where(contact[:, j], 0.0, vy0[:, 0] - self._gravity * (DT * e))
         self._step_count += e
+        self._steps_left -= e
         self._reward.fill(0.1)
         if ev[first]:
-            self._supported &= side[:, j] <= EDGE
-            lost_idx = np.flatnonzero(lost[:, j])
-            if lost_idx.size:
-                self._reward[lost_idx] = -1.0
-                self._finish(lost_idx, False)
-                self._start(lost_idx)
-        if e >= left:
+            off = side[:, j] > EDGE
+            self._floor[off] = -np.inf
+            self._event_side[off] = LOST_SIDE
+            lost = np.flatnonzero((side[:, j] > LOST_SIDE) | (y[:, j] < LOST_BELOW))
+            if lost.size:
+                self._reward[lost] = -1.0
+                self._finish(lost, False)
+                self._start(lost)
+        if self.max_steps > 0 and self._steps_left <= 0:
             self._truncate_at_max_steps()
         return e
 
