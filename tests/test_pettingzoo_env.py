@@ -329,3 +329,69 @@ def test_bad_behavior_names():
         UnityParallelEnv(dying_scene(), behavior_names=["Alpha", A])
     with pytest.raises(KeyError, match="unknown agent"):
         UnityParallelEnv(dying_scene()).observation_space("nobody_0")
+
+
+# ---------------------------------------------------------------------- embedded scenes
+def embedded_scene(name: str, **params):
+    from unity_sb3.envs import make_scene
+
+    try:
+        return make_scene(name, seed=0, **params)
+    except ImportError as exc:  # scene module not written yet
+        pytest.skip(f"embedded scene {name} not available: {exc}")
+
+
+@pytest.mark.parametrize("scene", ["Ball3D", "GridWorld", "Escape", "PyramidsLite"])
+def test_pettingzoo_api_tests_on_embedded_scenes(scene):
+    params = {"max_steps": 60}  # short episodes, so agents finish within the test's cycles
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        parallel_api_test(UnityParallelEnv(embedded_scene(scene, **params)), num_cycles=150)
+        api_test(UnityAECEnv(embedded_scene(scene, **params)), num_cycles=150)
+
+
+def test_escape_dying_agent_and_group_reward():
+    """Escape driven by its scripted expert: one agent dies for the key, the others escape."""
+    unity = embedded_scene("Escape", num_agents=6, max_steps=300)
+    behavior = next(iter(unity.behavior_specs))
+    env = UnityParallelEnv(unity)
+    assert env.possible_agents == [f"DungeonEscape_{k}" for k in range(6)]
+    _, infos = env.reset()
+    assert {info["group_id"] for info in infos.values()} == {1, 2}  # one group per room
+    ids = {a: infos[a]["agent_id"] for a in env.agents}
+    finished_at: dict[str, int] = {}
+    group_reward: dict[str, float] = dict.fromkeys(env.possible_agents, 0.0)
+    for t in range(300):
+        if not env.agents:
+            break
+        dec = unity.get_steps(behavior)[0]
+        expert = unity.expert_actions(behavior, dec)
+        rows = dec.agent_id_to_index
+        actions = {a: int(expert.discrete[rows[ids[a]], 0]) for a in env.agents}
+        _obs, _rewards, term, trunc, infos = env.step(actions)
+        for a, info in infos.items():
+            group_reward[a] += info["group_reward"]
+            if term[a] or trunc[a]:
+                finished_at[a] = t
+    assert not env.agents
+    for group in (range(0, 3), range(3, 6)):
+        names = [f"DungeonEscape_{k}" for k in group]
+        rewarded = [a for a in names if group_reward[a] > 0]
+        sacrificed = [a for a in names if group_reward[a] == 0]
+        assert len(rewarded) == 2 and len(sacrificed) == 1, group_reward
+        assert finished_at[sacrificed[0]] < min(finished_at[a] for a in rewarded)
+
+
+def test_opens_a_scene_by_name():
+    pytest.importorskip("unity_sb3.unity.connect")
+    embedded_scene("Ball3D")
+    env = UnityParallelEnv("Ball3D", open_kwargs={"num_agents": 3, "seed": 1})
+    try:
+        assert env.possible_agents == ["3DBall_0", "3DBall_1", "3DBall_2"]
+        _obs, _ = env.reset()
+        assert env.observation_space("3DBall_0").shape == (8,)
+        env.step({a: env.action_space(a).sample() for a in env.agents})
+    finally:
+        env.close()
+    with pytest.raises(UnityConfigurationError, match="open_kwargs"):
+        UnityParallelEnv(dying_scene(), open_kwargs={"seed": 1})

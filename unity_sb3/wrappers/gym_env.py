@@ -75,6 +75,34 @@ def open_base_env(env: BaseEnv | str, open_kwargs: Mapping[str, Any] | None) -> 
     return env, False
 
 
+def single_agent_variant(
+    target: str, open_kwargs: Mapping[str, Any] | None
+) -> tuple[dict[str, Any], int | None]:
+    """How :class:`UnityGymEnv` opens an embedded scene by name: ``(open_kwargs, agent_index)``.
+
+    A gym env is one agent, so an embedded scene (``"Ball3D"``, which has 12 platforms by
+    default) is opened with ``num_agents=1`` unless ``open_kwargs`` sets ``num_agents``. A
+    scene that cannot have a single agent (Escape: groups of 3) is opened as it is and the
+    first agent is followed (``agent_index=0``), the others getting ``other_agents``' actions.
+    Targets that are not embedded scenes (builds, the Editor) are left alone.
+    """
+    kwargs = dict(open_kwargs or {})
+    if "num_agents" in kwargs:
+        return kwargs, None
+    try:
+        from unity_sb3.envs import scene_class
+
+        cls = scene_class(target)
+    except (ImportError, UnityConfigurationError):  # not an embedded scene
+        return kwargs, None
+    try:
+        cls._validate_params({**{k: v for k, v in kwargs.items() if k in cls.PARAMS}, "num_agents": 1})
+    except UnityConfigurationError:
+        return kwargs, 0
+    kwargs["num_agents"] = 1
+    return kwargs, None
+
+
 def split_behavior_name(name: str) -> tuple[str, int]:
     """``"3DBall?team=1"`` -> ``("3DBall", 1)``; a name without a team gives team 0."""
     base, _, query = name.partition("?")
@@ -183,7 +211,9 @@ class UnityGymEnv(gym.Env):
     """One agent of one Unity behavior as a ``gymnasium.Env`` (see the module docstring).
 
     :param env: a ``BaseEnv`` (``UnityEnvironment``, an embedded scene) or a target string for
-        :func:`unity_sb3.unity.connect.open_unity` (e.g. ``"Ball3D"`` or a build path).
+        :func:`unity_sb3.unity.connect.open_unity` (e.g. ``"Ball3D"`` or a build path). An
+        embedded scene named by a string opens with one agent (see :func:`single_agent_variant`);
+        this is what the registered ids ``unity_sb3/<Scene>-v0`` do.
     :param behavior_name: the behavior to follow; ``None`` = the scene's only behavior.
     :param agent_index: which agent to follow when the behavior has several: its position
         among the agents that ask for a decision after a reset. ``None`` (default) refuses
@@ -234,6 +264,8 @@ class UnityGymEnv(gym.Env):
             raise ValueError(f"agent_index must be a non-negative int or None, got {agent_index!r}")
         if max_wait_steps < 1:
             raise ValueError(f"max_wait_steps must be >= 1, got {max_wait_steps}")
+        if isinstance(env, str) and agent_index is None:
+            open_kwargs, agent_index = single_agent_variant(env, open_kwargs)
         self._env, opened = open_base_env(env, open_kwargs)
         self._close_env = close_env or opened
         self._closed = False
