@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import uuid
 
 import numpy as np
@@ -132,6 +134,25 @@ def test_list_and_describe():
 def test_bad_input_is_a_clear_error(name, params, match):
     with pytest.raises(UnityConfigurationError, match=match):
         make_scene(name, **params)
+
+
+def test_gymnasium_ids_are_registered_cheaply():
+    import gymnasium
+
+    from unity_sb3.envs import EmbeddedScene
+    from unity_sb3.envs.registration import register_gymnasium_ids
+
+    assert register_gymnasium_ids() == [f"unity_sb3/{name}-v0" for name in SCENES]  # idempotent
+    spec = gymnasium.spec("unity_sb3/Ball3D-v0")
+    assert spec.entry_point == "unity_sb3.wrappers.gym_env:UnityGymEnv" and spec.kwargs == {"env": "Ball3D"}
+    assert isinstance(make_scene("Ball3D", num_agents=1), EmbeddedScene)
+    # importing the package (which registers the ids) loads neither torch nor a scene module
+    code = (
+        "import sys, unity_sb3, gymnasium; "
+        "assert 'unity_sb3/GridWorld-v0' in gymnasium.registry; "
+        "assert 'torch' not in sys.modules and 'unity_sb3.envs.ball3d' not in sys.modules"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
 
 
 def test_scene_name_is_case_insensitive():

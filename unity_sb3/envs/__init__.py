@@ -35,7 +35,15 @@ SCENES: dict[str, str] = {
     "PyramidsLite": "unity_sb3.envs.pyramids:PyramidsLite",
 }
 
-__all__ = ["SCENES", "describe_scene", "list_scenes", "make_scene", "scene_class"]
+__all__ = ["SCENES", "EmbeddedScene", "describe_scene", "list_scenes", "make_scene", "scene_class"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "EmbeddedScene":
+        from unity_sb3.envs.base import EmbeddedScene
+
+        return EmbeddedScene
+    raise AttributeError(f"module 'unity_sb3.envs' has no attribute {name!r}")
 
 
 def list_scenes() -> list[str]:
