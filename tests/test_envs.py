@@ -136,6 +136,16 @@ def test_bad_input_is_a_clear_error(name, params, match):
         make_scene(name, **params)
 
 
+def test_describe_command(capsys):
+    from unity_sb3.envs.__main__ import main
+
+    main(["gridworld"])
+    assert "'GridWorld?team=0'" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["Nope"])
+    assert "Unknown scene 'Nope'" in capsys.readouterr().err
+
+
 def test_gymnasium_ids_are_registered_cheaply():
     import gymnasium
 
