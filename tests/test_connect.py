@@ -1,0 +1,463 @@
+"""open_unity / LocalUnityEnvironment: targets, ports, errors, process lifetime.
+
+"Builds" here are small scripts written into ``tmp_path``: shell scripts that exit or hang,
+and ``FakeUnity``, a Python script that speaks Unity's side of the gRPC protocol (Unity is
+the gRPC client calling ``Exchange`` on Python's server) with a configurable communication
+version, exit step and exit code.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import logging
+import os
+import socket
+import stat
+import struct
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from unity_sb3.unity import connect
+from unity_sb3.unity.channels import EngineSettings, UnityChannels
+from unity_sb3.unity.connect import (
+    LocalUnityEnvironment,
+    LoopbackRpcCommunicator,
+    open_unity,
+    resolve_executable,
+)
+from unity_sb3.unity.errors import (
+    UnityConfigurationError,
+    UnityExecutableError,
+    UnityExecutableNotFoundError,
+    UnityPortInUseError,
+    UnityProcessError,
+    UnityTimeoutError,
+    UnityVersionError,
+)
+
+from mlagents_envs.base_env import ActionTuple  # isort: skip
+from mlagents_envs.exception import UnityCommunicatorStoppedException  # isort: skip
+from mlagents_envs.side_channel.engine_configuration_channel import EngineConfigurationChannel  # isort: skip
+
+ROOT = Path(__file__).resolve().parent.parent
+
+FAKE_UNITY = textwrap.dedent(
+    """\
+    #!{python}
+    import json, os, struct, sys
+    sys.path.insert(0, {root!r})
+    import unity_sb3.unity.compat  # noqa: F401
+    import grpc
+    from mlagents_envs.communicator_objects.unity_message_pb2 import UnityMessageProto
+    from mlagents_envs.communicator_objects.unity_to_external_pb2_grpc import UnityToExternalProtoStub
+
+    cfg = json.loads(os.environ.get("FAKE_UNITY", "{{}}"))
+    args = sys.argv[1:]
+    port = int(args[args.index("--mlagents-port") + 1])
+    record = {{"args": args, "pid": os.getpid()}}
+
+    def save():
+        with open(cfg["record"] + ".tmp", "w") as f:
+            json.dump(record, f)
+        os.replace(cfg["record"] + ".tmp", cfg["record"])
+
+    STATS = bytes.fromhex("b7f7d8a1c8cef950b78bd3e165a78520")
+
+    def output(step):
+        msg = UnityMessageProto()
+        msg.header.status = 200
+        info = msg.unity_output.rl_output.agentInfos["Fake?team=0"].value.add()
+        info.id = 0
+        info.reward = 1.0
+        obs = info.observations.add()
+        obs.shape.append(1)
+        obs.float_data.data.append(float(step))
+        key = b"fake/step"
+        payload = struct.pack("<i", len(key)) + key + struct.pack("<f", step) + struct.pack("<i", 1)
+        msg.unity_output.rl_output.side_channel = STATS + struct.pack("<i", len(payload)) + payload
+        return msg
+
+    channel = grpc.insecure_channel(f"127.0.0.1:{{port}}")
+    grpc.channel_ready_future(channel).result(timeout=30)
+    stub = UnityToExternalProtoStub(channel)
+    first = output(0)
+    init = first.unity_output.rl_initialization_output
+    init.name = "Fake"
+    init.communication_version = cfg.get("version", "1.5.0")
+    init.package_version = "3.0.0"
+    init.capabilities.baseRLCapabilities = True
+    brain = init.brain_parameters.add()
+    brain.brain_name = "Fake?team=0"
+    brain.is_training = True
+    brain.action_spec.num_continuous_actions = 1
+    reply = stub.Exchange(first)
+    record["seed"] = reply.unity_input.rl_initialization_input.seed
+    save()
+    empty = UnityMessageProto()
+    empty.header.status = 200
+    reply = stub.Exchange(empty)
+    step = 0
+    while reply.header.status != 400:
+        if step == 0:
+            record["side_channel"] = reply.unity_input.rl_input.side_channel.hex()
+            record["command"] = reply.unity_input.rl_input.command
+        else:
+            actions = reply.unity_input.rl_input.agent_actions["Fake?team=0"].value
+            record.setdefault("actions", []).append([list(a.continuous_actions) for a in actions])
+        save()
+        if cfg.get("exit_after") is not None and step >= cfg["exit_after"]:
+            sys.exit(cfg.get("code", 5))
+        step += 1
+        reply = stub.Exchange(output(step))
+    record["goodbye"] = True
+    save()
+    """
+)
+
+
+def write_script(path: Path, text: str, executable: bool = True) -> Path:
+    path.write_text(text)
+    if executable:
+        path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return path
+
+
+@pytest.fixture
+def fake_unity(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Write FakeUnity.x86_64; returns ``configure(**cfg) -> (path, read_record)``."""
+    path = write_script(
+        tmp_path / "FakeUnity.x86_64", FAKE_UNITY.format(python=sys.executable, root=str(ROOT))
+    )
+    record = tmp_path / "record.json"
+
+    def configure(**cfg):
+        monkeypatch.setenv("FAKE_UNITY", json.dumps({"record": str(record), **cfg}))
+        return path, lambda: json.loads(record.read_text())
+
+    return configure
+
+
+def free_port() -> int:
+    """A port that is free now, with the next few free too (best effort)."""
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port < 60000 and all(connect._port_is_free(port + i, "127.0.0.1") for i in range(4)):
+            return port
+    pytest.skip("no free port range found")
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie still answers kill(0); it is dead for our purpose only if reaped
+    status = Path(f"/proc/{pid}/status")
+    return not (status.exists() and "zombie" in status.read_text())
+
+
+# ------------------------------------------------------------------ argument checks
+@pytest.mark.parametrize(
+    ("base_port", "worker_id", "match"),
+    [
+        (65535, 1, "65536 is out of range"),
+        (0, 0, "0 is out of range"),
+        (5005, -1, "worker_id must be >= 0"),
+        (5005, 1.5, "worker_id must be an int"),
+    ],
+)
+def test_port_out_of_range_is_a_value_error(tmp_path, base_port, worker_id, match) -> None:
+    build = write_script(tmp_path / "Hang.x86_64", "#!/bin/sh\nexec sleep 30\n")
+    with pytest.raises(ValueError, match=match):
+        open_unity(str(build), base_port=base_port, worker_id=worker_id)
+
+
+def test_bad_transport_and_misplaced_scene_params(tmp_path) -> None:
+    build = write_script(tmp_path / "Hang.x86_64", "#!/bin/sh\nexec sleep 30\n")
+    with pytest.raises(UnityConfigurationError, match="transport must be one of"):
+        open_unity(str(build), transport="grpc")
+    with pytest.raises(UnityConfigurationError, match="only apply to embedded scenes"):
+        open_unity(str(build), num_agents=3)
+    with pytest.raises(UnityConfigurationError, match="runs embedded scenes"):
+        open_unity(str(build), transport="inprocess")
+
+
+def test_editor_needs_worker_zero() -> None:
+    with pytest.raises(UnityConfigurationError, match="worker_id=0"):
+        open_unity(None, worker_id=2)
+    with pytest.raises(UnityConfigurationError, match="find_free_port=False"):
+        open_unity("editor", find_free_port=True)
+
+
+# ------------------------------------------------------------------ executables
+def test_executable_not_found_lists_builds_nearby(tmp_path) -> None:
+    write_script(tmp_path / "3DBall.x86_64", "#!/bin/sh\n")
+    (tmp_path / "Walker").mkdir()
+    write_script(tmp_path / "Walker" / "Walker.x86_64", "#!/bin/sh\n")
+    (tmp_path / "notes.txt").write_text("not a build")
+    with pytest.raises(UnityExecutableNotFoundError) as info:
+        open_unity(str(tmp_path / "builds" / "Ball.x86_64"))
+    message = str(info.value)
+    assert "No Unity build at" in message and "does not exist" in message
+    assert str(tmp_path / "3DBall.x86_64") in message
+    assert str(tmp_path / "Walker" / "Walker.x86_64") in message
+    assert "notes.txt" not in message
+    assert isinstance(info.value, FileNotFoundError)
+
+
+def test_not_found_mentions_embedded_scenes(tmp_path) -> None:
+    with pytest.raises(UnityExecutableNotFoundError, match="not an embedded scene either"):
+        resolve_executable(tmp_path / "Nope", scene_names=["Ball3D"])
+
+
+def test_executable_is_found_without_suffix_and_in_its_folder(tmp_path) -> None:
+    build = write_script(tmp_path / "3DBall.x86_64", "#!/bin/sh\n")
+    assert resolve_executable(tmp_path / "3DBall") == build
+    assert resolve_executable(build) == build
+    assert resolve_executable(tmp_path) == build
+    write_script(tmp_path / "Other.x86_64", "#!/bin/sh\n")
+    with pytest.raises(UnityExecutableError, match="holds several builds") as info:
+        resolve_executable(tmp_path)
+    assert len(info.value.candidates) == 2
+
+
+def test_executable_not_executable(tmp_path) -> None:
+    build = write_script(tmp_path / "Ball.x86_64", "#!/bin/sh\n", executable=False)
+    with pytest.raises(UnityExecutableError, match=r"not executable; run `chmod \+x"):
+        open_unity(str(build))
+
+
+def test_process_that_exits_reports_code_and_log(tmp_path) -> None:
+    build = write_script(tmp_path / "Crash.x86_64", "#!/bin/sh\necho 'fatal: no GPU' >&2\nexit 3\n")
+    with pytest.raises(UnityProcessError) as info:
+        open_unity(str(build), base_port=free_port(), timeout_wait=20, log_folder=str(tmp_path / "logs"))
+    error = info.value
+    assert error.exit_code == 3
+    assert error.log_path == str(tmp_path / "logs" / "Player-0.log")
+    message = str(error)
+    assert "exit code 3" in message and "Player-0.log" in message
+    assert "fatal: no GPU" in message  # the captured output's last lines
+
+
+def test_hanging_build_times_out_and_is_killed(tmp_path) -> None:
+    pid_file = tmp_path / "pid"
+    build = write_script(tmp_path / "Hang.x86_64", f"#!/bin/sh\necho $$ > {pid_file}\nexec sleep 60\n")
+    started = time.monotonic()
+    with pytest.raises(UnityTimeoutError) as info:
+        open_unity(str(build), base_port=free_port(), timeout_wait=1.0)
+    assert "did not answer within 1 s" in str(info.value)
+    assert "ML-Agents build" in str(info.value)  # says what to check
+    assert time.monotonic() - started < 30
+    pid = int(pid_file.read_text())
+    assert not pid_alive(pid)
+
+
+def test_editor_timeout_says_press_play(caplog) -> None:
+    with caplog.at_level(logging.WARNING), pytest.raises(UnityTimeoutError, match="Press Play"):
+        open_unity("editor", base_port=free_port(), timeout_wait=0.3, bind_address="0.0.0.0")
+    assert "without authentication" in caplog.text  # non-loopback binding warns
+
+
+# ------------------------------------------------------------------ ports
+def test_port_in_use_names_port_and_free_worker(tmp_path) -> None:
+    port = free_port()
+    build = write_script(tmp_path / "Hang.x86_64", "#!/bin/sh\nexec sleep 60\n")
+    with socket.socket() as blocker:
+        blocker.bind(("127.0.0.1", port))
+        blocker.listen()
+        with pytest.raises(UnityPortInUseError) as info:
+            open_unity(str(build), base_port=port, worker_id=0)
+    error = info.value
+    assert error.port == port and error.free_worker_id == 1
+    assert f"Port {port} (worker_id=0)" in str(error) and "worker_id=1 would be free" in str(error)
+
+
+def test_find_free_port_moves_to_next_worker(fake_unity) -> None:
+    path, _ = fake_unity()
+    port = free_port()
+    with socket.socket() as blocker:
+        blocker.bind(("127.0.0.1", port))
+        blocker.listen()
+        env = open_unity(str(path), base_port=port, find_free_port=True, timeout_wait=30)
+        try:
+            assert env.worker_id == 1 and env.port == port + 1
+        finally:
+            env.close()
+
+
+def test_server_listens_on_loopback_only() -> None:
+    probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        probe.connect(("10.255.255.255", 1))  # no packet is sent; picks the outgoing interface
+        lan_ip = probe.getsockname()[0]
+    except OSError:
+        lan_ip = None
+    finally:
+        probe.close()
+    if not lan_ip or lan_ip.startswith("127."):
+        pytest.skip("no non-loopback address on this machine")
+    port = free_port()
+    communicator = LoopbackRpcCommunicator(0, port, 1, bind_address="127.0.0.1")
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=2):
+            pass
+        with pytest.raises(OSError), socket.create_connection((lan_ip, port), timeout=2):
+            pass
+    finally:
+        communicator.close()
+    assert (
+        connect.is_loopback("127.0.0.1") and connect.is_loopback("::1") and connect.is_loopback("localhost")
+    )
+    assert not connect.is_loopback("0.0.0.0") and not connect.is_loopback("192.168.1.4")
+
+
+# ------------------------------------------------------------------ a build that speaks the protocol
+def test_version_mismatch(fake_unity) -> None:
+    path, read = fake_unity(version="2.0.0")
+    with pytest.raises(UnityVersionError) as info:
+        open_unity(str(path), base_port=free_port(), timeout_wait=30)
+    assert "2.0.0" in str(info.value) and "1.5.0" in str(info.value)
+    assert not pid_alive(read()["pid"])
+
+
+def test_build_lifecycle(fake_unity, tmp_path) -> None:
+    path, read = fake_unity()
+    port = free_port()
+    env = open_unity(
+        str(path),
+        base_port=port,
+        worker_id=1,
+        seed=42,
+        timeout_wait=30,
+        engine_settings={"time_scale": 7.0, "width": None, "height": None},
+        environment_parameters={"gravity": 9.81},
+        log_folder=str(tmp_path / "logs"),
+    )
+    assert isinstance(env, LocalUnityEnvironment)
+    channels = env.unity_sb3_channels
+    assert isinstance(channels, UnityChannels) and channels.parameters.lesson_numbers == {"gravity": 0}
+    record = read()
+    assert record["seed"] == 42
+    args = record["args"]
+    assert args[args.index("--mlagents-port") + 1] == str(port + 1)
+    assert "-nographics" in args and "-batchmode" in args
+    assert args[args.index("-logFile") + 1] == str(tmp_path / "logs" / "Player-1.log")
+    env.reset()
+    record = read()
+    wire = bytes.fromhex(record["side_channel"])
+    assert bytes.fromhex("2c3451e97e4fea11b238784f4387d1f7") + struct.pack("<iif", 8, 2, 7.0) in wire
+    assert b"gravity" in wire
+    decision, _ = env.get_steps("Fake?team=0")
+    np.testing.assert_array_equal(decision.obs[0], [[1.0]])  # FakeUnity's obs counts its outputs
+    env.set_actions("Fake?team=0", ActionTuple(continuous=np.array([[0.25]], np.float32)))
+    env.step()
+    decision, _ = env.get_steps("Fake?team=0")
+    np.testing.assert_array_equal(decision.obs[0], [[2.0]])
+    assert read()["actions"] == [[[0.25]]]
+    assert [v for v, _ in channels.stats.get_and_reset_stats()["fake/step"]] == [1.0, 2.0]
+    process = env.process
+    env.close()
+    env.close()  # idempotent
+    assert process.poll() == 0 and read().get("goodbye")
+    assert env.closed
+    with pytest.raises(UnityCommunicatorStoppedException, match="was closed"):
+        env.step()
+
+
+def test_process_dying_mid_run_names_exit_code_and_log(fake_unity) -> None:
+    path, _ = fake_unity(exit_after=1, code=5)
+    env = open_unity(str(path), base_port=free_port(), timeout_wait=30)
+    try:
+        env.reset()
+        with pytest.raises(UnityProcessError) as info:
+            env.step()
+            env.step()
+        assert info.value.exit_code == 5
+        assert "Player-port" in str(info.value)
+    finally:
+        env.close()
+
+
+def test_unreferenced_env_ends_its_process(fake_unity) -> None:
+    path, read = fake_unity()
+    env = open_unity(str(path), base_port=free_port(), timeout_wait=30)
+    pid = read()["pid"]
+    assert pid_alive(pid)
+    del env
+    gc.collect()
+    assert not pid_alive(pid)
+
+
+def test_user_side_channels_are_used(fake_unity) -> None:
+    path, _ = fake_unity()
+    engine = EngineConfigurationChannel()
+    env = open_unity(str(path), base_port=free_port(), timeout_wait=30, side_channels=[engine])
+    try:
+        assert env.unity_sb3_channels.engine is engine
+        assert len(engine.message_queue) == 5  # the default EngineSettings were queued on it
+    finally:
+        env.close()
+
+
+# ------------------------------------------------------------------ embedded scenes
+def test_scene_inprocess_gets_channels_and_seed(monkeypatch) -> None:
+    import unity_sb3.envs as envs
+
+    calls = {}
+
+    class FakeScene:
+        pass
+
+    def make_scene(name, seed=0, side_channels=None, **params):
+        calls.update(name=name, seed=seed, side_channels=side_channels, params=params)
+        return FakeScene()
+
+    monkeypatch.setattr(envs, "list_scenes", lambda: ["Ball3D", "GridWorld"])
+    monkeypatch.setattr(envs, "make_scene", make_scene)
+    env = open_unity("ball3d", seed=3, num_agents=4, engine_settings=EngineSettings(time_scale=2.0))
+    channels = env.unity_sb3_channels
+    assert calls["name"] == "Ball3D" and calls["seed"] == 3 and calls["params"] == {"num_agents": 4}
+    assert calls["side_channels"] == channels.all()
+    assert channels.engine_settings.time_scale == 2.0 and channels.engine.message_queue
+
+
+def test_real_scene_inprocess() -> None:
+    envs = pytest.importorskip("unity_sb3.envs")
+    if "Ball3D" not in envs.list_scenes():
+        pytest.skip("Ball3D scene not available")
+    env = open_unity("Ball3D", num_agents=2, environment_parameters={"scale": 1.0})
+    try:
+        env.reset()
+        assert env.unity_sb3_channels.parameters is not None
+        assert list(env.behavior_specs)
+    finally:
+        env.close()
+
+
+@pytest.mark.player
+def test_real_scene_through_stand_in_player() -> None:
+    envs = pytest.importorskip("unity_sb3.envs")
+    if "Ball3D" not in envs.list_scenes():
+        pytest.skip("Ball3D scene not available")
+    env = open_unity("Ball3D", transport="player", base_port=free_port(), num_agents=2, timeout_wait=60)
+    try:
+        assert isinstance(env, LocalUnityEnvironment)
+        env.reset()
+        name = next(iter(env.behavior_specs))
+        decision, _ = env.get_steps(name)
+        assert len(decision) == 2
+        env.step()
+        launcher_dir = Path(env._resources.temp_dirs[0])
+        assert launcher_dir.is_dir()
+    finally:
+        env.close()
+    assert env.process.poll() is not None
+    assert not launcher_dir.exists()
