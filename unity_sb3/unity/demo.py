@@ -63,6 +63,7 @@ __all__ = [
     "DemoWriter",
     "Demonstration",
     "check_demo_spec",
+    "describe_demo",
     "load_demo",
     "record_demo",
 ]
@@ -356,3 +357,78 @@ def load_demo(
     if expected_spec is not None:
         check_demo_spec(demo, expected_spec)
     return demo
+
+
+# ---------------------------------------------------------------------------------- summary
+def _action_kind(spec: BehaviorSpec) -> str:
+    a = spec.action_spec
+    c, branches = a.continuous_size, tuple(a.discrete_branches)
+    if c and branches:
+        return f"hybrid: {c} continuous + discrete branches {branches}"
+    if c:
+        return f"continuous, {c} values"
+    if branches:
+        plural = "es" if len(branches) > 1 else ""
+        return f"discrete, {len(branches)} branch{plural} of sizes {branches}"
+    return "none"
+
+
+def describe_demo(path: str | os.PathLike | Sequence[str | os.PathLike]) -> str:
+    """A human summary of a ``.demo`` file (or of a directory / list of them, read together).
+
+    Lists the file(s), metadata, behavior and team, each observation (name, shape, kind), the
+    action kind, the records (with and without an action), agent episodes found (terminal,
+    interrupted, unfinished), the mean episode return computed from the records next to the
+    metadata's ``mean_reward``, distinct agent ids, masks, groups and trailing bytes.
+
+    :param path: what :func:`load_demo` accepts.
+    :raises DemoFormatError: the file is not a readable ``.demo`` file.
+    """
+    demo = load_demo(path)
+    spec, meta = demo.behavior_spec, demo.meta
+    lines = [f"Demonstration {meta.demonstration_name!r}: behavior {demo.behavior_name!r}"]
+    for p, m in zip(demo.paths, demo.metas):
+        size = os.path.getsize(p)
+        lines.append(
+            f"  file {p}: {size:,} bytes, api_version {m.api_version}, {m.number_steps} records and "
+            f"{m.number_episodes} episodes in the metadata"
+            + (f", {m.trailing_bytes} trailing bytes" if m.trailing_bytes else "")
+        )
+    if demo.team_id is not None:
+        lines.append(f"  team: {demo.team_id} (base behavior {demo.base_behavior_name!r})")
+    for i, o in enumerate(spec.observation_specs):
+        kind = {1: "vector", 2: "variable-length (buffer)", 3: "visual"}.get(
+            len(o.shape), f"{len(o.shape)}-D"
+        )
+        name = f" {o.name!r}" if o.name else ""
+        lines.append(f"  observation {i}{name}: shape {tuple(o.shape)}, {kind}, {o.observation_type.name}")
+    lines.append(f"  actions: {_action_kind(spec)}")
+    acted = int(demo.has_action.sum())
+    lines.append(f"  records: {len(demo)} ({acted} with an action)")
+    episodes = [e for e in demo.episode_records() if len(e) >= 2]
+    ends = [int(e[-1]) for e in episodes]
+    terminal = sum(1 for j in ends if demo.dones[j] and not demo.interrupted[j])
+    interrupted = sum(1 for j in ends if demo.dones[j] and demo.interrupted[j])
+    unfinished = len(episodes) - terminal - interrupted
+    lines.append(
+        f"  agent episodes: {len(episodes)} ({terminal} terminal, {interrupted} interrupted at max step, "
+        f"{unfinished} unfinished); transitions: {sum(len(e) - 1 for e in episodes)}"
+    )
+    if episodes:
+        returns = np.array([float(demo.rewards[e[1:]].sum()) for e in episodes])
+        lengths = np.array([len(e) - 1 for e in episodes])
+        lines.append(
+            f"  episode return: mean {returns.mean():.4g}, min {returns.min():.4g}, max {returns.max():.4g}; "
+            f"length: mean {lengths.mean():.1f} steps"
+        )
+    lines.append(f"  mean reward (metadata): {meta.mean_reward:.4g}")
+    lines.append(f"  agents: {len(np.unique(demo.agent_ids))} distinct agent ids")
+    if demo.action_masks is not None:
+        masked = int(demo.action_masks.any(axis=1).sum())
+        lines.append(f"  action masks: present ({masked} records mask at least one action)")
+    groups = np.unique(demo.group_ids[demo.group_ids != 0])
+    if len(groups):
+        lines.append(
+            f"  groups: {len(groups)} group ids, group reward total {float(demo.group_rewards.sum()):.4g}"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,209 @@
+"""A behavioral-cloning term during RL, like ML-Agents' ``behavioral_cloning`` trainer setting.
+
+``unity_sb3.PPO(..., behavioral_cloning={...})`` and ``unity_sb3.SAC(...)`` build a
+:class:`BehavioralCloning` through :func:`make_bc_module` (the hook in
+:mod:`unity_sb3.algorithms.common`). As in ML-Agents (``components/bc/module.py``), it has its
+own Adam optimizer over the actor's parameters and runs its own minibatches of demo data after
+each policy update; ``strength`` scales its learning rate relative to the algorithm's current
+one, and ``steps`` anneals that strength linearly to zero over that many environment steps.
+
+Settings (ML-Agents' ``BehavioralCloningSettings`` names and defaults, plus two of ours):
+
+- ``demo_path``: a ``.demo`` file, a directory of them, or a list;
+- ``demonstrations``: (ours) the data itself instead of a path: a ``Demonstration`` or arrays
+  in the model's spaces (anything :func:`~unity_sb3.algorithms.bc.data.bc_data` takes);
+- ``strength`` (1.0): BC learning rate = ``strength`` * the algorithm's learning rate;
+- ``steps`` (0): anneal ``strength`` linearly to 0 over this many environment steps; 0 = constant;
+- ``batch_size`` (None): demo transitions per minibatch; default: the algorithm's ``batch_size``;
+- ``num_epoch`` (None): passes per update; default: PPO's ``n_epochs``, 1 for SAC;
+- ``samples_per_update`` (None): demo transitions per pass, 0 = all of them; default: 0 for PPO,
+  and one minibatch for SAC (whose update runs after every gradient step);
+- ``loss`` (ours, ``"auto"``): see :mod:`unity_sb3.algorithms.bc.adapters`.
+
+The optimizer state is saved and loaded with the model. The demo data is not: a model loaded
+with a still-running annealing schedule reads ``demo_path`` again at its next update. To load a
+model where the demo file is not available, pass ``custom_objects={"behavioral_cloning": None}``
+to ``load`` (then no BC term is applied).
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch as th
+
+from unity_sb3.algorithms.bc.adapters import LOSS_KINDS, make_adapter, reached_parameters
+from unity_sb3.algorithms.bc.data import BCData, bc_data
+from unity_sb3.algorithms.bc.pretrain import Sampler, _weighted_mean
+from unity_sb3.algorithms.common import RewardSignalConfigError, check_keys
+
+__all__ = ["BC_DEFAULTS", "BehavioralCloning", "make_bc_module"]
+
+BC_DEFAULTS: dict[str, Any] = {
+    "demo_path": None,
+    "demonstrations": None,
+    "strength": 1.0,
+    "steps": 0,
+    "batch_size": None,
+    "num_epoch": None,
+    "samples_per_update": None,
+    "loss": "auto",
+}
+_MIN_LEARNING_RATE = 1e-10  # ML-Agents stops updating below this
+
+
+def parse_bc_settings(config: Mapping[str, Any], algorithm: Any) -> dict[str, Any]:
+    """Validate a ``behavioral_cloning`` dict and fill in the defaults for ``algorithm``.
+
+    :raises RewardSignalConfigError: unknown keys, bad values, or no demonstration given.
+    """
+    where = "behavioral_cloning"
+    check_keys(config, tuple(BC_DEFAULTS), where)
+    s = {**BC_DEFAULTS, **config}
+    if s["demo_path"] is None and s["demonstrations"] is None:
+        raise RewardSignalConfigError(
+            f"{where} needs expert data: 'demo_path' (a .demo file or directory) or 'demonstrations' "
+            "(a Demonstration, or a dict of arrays in the model's spaces)."
+        )
+    if s["demo_path"] is not None and s["demonstrations"] is not None:
+        raise RewardSignalConfigError(f"{where}: give 'demo_path' or 'demonstrations', not both.")
+    if s["demo_path"] is not None and not isinstance(s["demo_path"], (str, os.PathLike, Sequence)):
+        raise RewardSignalConfigError(
+            f"{where}.demo_path must be a path or a list of paths, got {s['demo_path']!r}."
+        )
+    strength = s["strength"]
+    if isinstance(strength, bool) or not isinstance(strength, (int, float)) or strength < 0:
+        raise RewardSignalConfigError(f"{where}.strength must be a number >= 0, got {strength!r}.")
+    s["strength"] = float(strength)
+    is_sac = hasattr(algorithm, "actor") and not hasattr(algorithm, "n_epochs")
+    defaults = {
+        "batch_size": int(getattr(algorithm, "batch_size", 64) or 64),
+        "num_epoch": 1 if is_sac else int(getattr(algorithm, "n_epochs", 1)),
+    }
+    defaults["samples_per_update"] = defaults["batch_size"] if is_sac else 0
+    for key, low in (("steps", 0), ("batch_size", 1), ("num_epoch", 1), ("samples_per_update", 0)):
+        value = s[key] if s[key] is not None else defaults[key]
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+            raise RewardSignalConfigError(f"{where}.{key} must be an integer >= {low}, got {value!r}.")
+        s[key] = int(value)
+    if s["loss"] not in LOSS_KINDS:
+        raise RewardSignalConfigError(f"{where}.loss must be one of {LOSS_KINDS}, got {s['loss']!r}.")
+    return s
+
+
+class BehavioralCloning:
+    """The BC term of one algorithm (see the module docstring).
+
+    :param algorithm: the PPO/SAC instance; its policy must be built.
+    :param config: the user's ``behavioral_cloning`` dict.
+    """
+
+    def __init__(self, algorithm: Any, config: Mapping[str, Any]) -> None:
+        self.algorithm = algorithm
+        self.settings = parse_bc_settings(config, algorithm)
+        self.adapter = make_adapter(algorithm, self.settings["loss"])
+        self.n_updates = 0
+        self._sampler: Sampler | None = None
+        self._rng = np.random.default_rng(getattr(algorithm, "seed", None))
+        params = reached_parameters(
+            self.adapter.actor_loss(self._probe_batch()).mean(), self.adapter.actor_modules()
+        )
+        self.optimizer = th.optim.Adam(
+            params, lr=self.base_learning_rate() * max(self.settings["strength"], 1e-12)
+        )
+        if getattr(algorithm, "num_timesteps", 0) == 0:
+            self.data()  # a new model: fail now on a missing file or a wrong spec
+        else:
+            try:
+                self.data()
+            except FileNotFoundError as error:  # a loaded model: the demo may be needed only later
+                warnings.warn(
+                    f"behavioral_cloning: {error}; it is needed at the next BC update", stacklevel=2
+                )
+
+    def _probe_batch(self) -> Any:
+        """Two sampled observations/actions: to find which parameters the BC loss reaches."""
+        algo = self.algorithm
+        samples = [algo.observation_space.sample() for _ in range(2)]
+        if isinstance(samples[0], dict):
+            obs: Any = {k: np.stack([s[k] for s in samples]) for k in samples[0]}
+        else:
+            obs = np.stack(samples)
+        actions = self.adapter.target_actions(np.stack([algo.action_space.sample() for _ in range(2)]))
+        starts = np.array([1.0, 0.0], dtype=np.float32) if self.adapter.recurrent else None
+        return self.adapter.batch(obs, actions, episode_starts=starts, n_seq=1)
+
+    def data(self) -> BCData:
+        """The demo data in the model's spaces (read on first use)."""
+        if self._sampler is None:
+            source = self.settings["demonstrations"]
+            if source is None:
+                source = self.settings["demo_path"]
+            data = bc_data(self.algorithm, source)
+            self._sampler = Sampler(self.adapter, data, self.settings["batch_size"], sequence_length=16)
+        return self._sampler.data
+
+    def base_learning_rate(self) -> float:
+        algo = self.algorithm
+        return float(algo.lr_schedule(getattr(algo, "_current_progress_remaining", 1.0)))
+
+    def current_strength(self) -> float:
+        """``strength``, linearly annealed to 0 over ``steps`` environment steps (when > 0)."""
+        strength, steps = self.settings["strength"], self.settings["steps"]
+        if steps > 0:
+            strength *= max(0.0, 1.0 - getattr(self.algorithm, "num_timesteps", 0) / steps)
+        return strength
+
+    def update(self) -> dict[str, float]:
+        """One BC update: ``num_epoch`` passes over (a sample of) the demo data.
+
+        :return: ``loss`` (mean over minibatches), ``strength`` and ``learning_rate`` now.
+        """
+        strength = self.current_strength()
+        learning_rate = self.base_learning_rate() * strength
+        if learning_rate <= _MIN_LEARNING_RATE:
+            return {"strength": strength, "learning_rate": 0.0}
+        self.data()
+        sampler = self._sampler
+        assert sampler is not None
+        for group in self.optimizer.param_groups:
+            group["lr"] = learning_rate
+        everything = np.arange(len(sampler.data))
+        limit = self.settings["samples_per_update"]
+        batch_size = self.settings["batch_size"]
+        max_batches = max(1, limit // batch_size) if limit > 0 else None
+        losses = []
+        self.algorithm.policy.set_training_mode(True)
+        for _ in range(self.settings["num_epoch"]):
+            for k, (batch, _rows) in enumerate(sampler.minibatches(everything, self._rng)):
+                if max_batches is not None and k >= max_batches:
+                    break
+                loss = _weighted_mean(self.adapter.actor_loss(batch), batch.valid)
+                self.optimizer.zero_grad()
+                loss.backward()
+                self.optimizer.step()
+                losses.append(loss.item())
+        self.n_updates += 1
+        return {"loss": float(np.mean(losses)), "strength": strength, "learning_rate": learning_rate}
+
+    # --- saved with the model (``_get_torch_save_params`` of the project's PPO/SAC)
+    def state_dict(self) -> dict[str, Any]:
+        return {"optimizer": self.optimizer.state_dict(), "n_updates": self.n_updates}
+
+    def load_state_dict(self, state: Mapping[str, Any], strict: bool = True) -> None:
+        if strict and set(state) != {"optimizer", "n_updates"}:
+            raise KeyError(
+                f"behavioral_cloning state has keys {sorted(state)}, expected optimizer and n_updates"
+            )
+        if "optimizer" in state:
+            self.optimizer.load_state_dict(state["optimizer"])
+        self.n_updates = int(state.get("n_updates", 0))
+
+
+def make_bc_module(algorithm: Any, settings: dict[str, Any]) -> BehavioralCloning:
+    """The hook's factory (see :func:`unity_sb3.algorithms.common.make_bc_module`)."""
+    return BehavioralCloning(algorithm, settings)
