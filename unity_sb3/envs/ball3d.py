@@ -104,6 +104,8 @@ class Ball3D(EmbeddedScene):
         self._floor = np.full((n, 1), PLATFORM_TOP + 0.5)
         self._event_side = np.full((n, 1), EDGE)  # |x| or |z| beyond which something happens
         self._steps_left = self.max_steps  # min over agents of max_steps - step count
+        self._resting = False  # every ball lies on its platform (then no vertical motion)
+        self._gravity_down = True
         k = np.arange(1, period + 1, dtype=np.float64)
         self._dk = DEG_PER_ACTION * k  # tilt change after k physics steps at action 1
         self._dtk = DT * k
@@ -136,6 +138,8 @@ class Ball3D(EmbeddedScene):
         self._gravity[idx] = self._param("gravity", m)
         self._floor[idx, 0] = PLATFORM_TOP + 0.5 * scale
         self._steps_left = self.max_steps - int(self._step_count.max())
+        self._resting = False  # dropped balls fall first
+        self._gravity_down = bool((self._gravity > 0).all())
         self._fall_g[idx] = self._gravity[idx, None] * self._fall
         self._acc_gain[idx] = (ROLL * self._gravity[idx, None] * AXIS_SIGN)[:, :, None]
         period = self.decision_period
@@ -158,36 +162,47 @@ class Ball3D(EmbeddedScene):
         step = np.minimum(np.maximum(self._cont_action, -1.0), 1.0)
         tilt = self._tilt[:, :, None] + step[:, :, None] * self._dk[:r]
         np.minimum(np.maximum(tilt, -TILT_LIMIT, out=tilt), TILT_LIMIT, out=tilt)  # (n, 2, r)
-        y0, vy0 = s[:, 3:4], s[:, 6:7]
-        y = y0 + self._dtk[:r] * vy0 - self._fall_g[:, :r]  # free fall, (n, r)
-        contact = y <= self._floor  # the floor is -inf once the ball left the platform
-        np.maximum(y, self._floor, out=y)
-        acc = np.sin(tilt * RAD) * self._acc_gain * contact[:, None, :]
+        acc = np.sin(tilt * RAD)
+        acc *= self._acc_gain
+        resting = self._resting  # fast path: every ball lies on its platform
+        if not resting:
+            y0, vy0 = s[:, 3:4], s[:, 6:7]
+            y = y0 + self._dtk[:r] * vy0 - self._fall_g[:, :r]  # free fall, (n, r)
+            contact = y <= self._floor  # the floor is -inf once the ball left the platform
+            np.maximum(y, self._floor, out=y)
+            acc *= contact[:, None, :]
         # one matmul gives velocity and position sums: columns [0, period) and [period, 2 period)
         out = acc @ self._vel_pos_mat[:, :r, :]
         pos = self._pos[:, :, None] + self._vel[:, :, None] * self._pos_pow[:, None, :r]
         pos += out[:, :, period : period + r]
         side = np.maximum(np.abs(pos[:, 0]), np.abs(pos[:, 1]))  # (n, r)
-        # events: the ball leaves the platform (side > EDGE while supported) or is lost
-        ev = ((side > self._event_side) | (y < LOST_BELOW)).any(axis=0)
-        first = int(ev.argmax())
-        e = first + 1 if ev[first] else r
+        # events: a ball leaves its platform (side > EDGE while on it) or is lost
+        events = side > self._event_side
+        if not resting:
+            events |= y < LOST_BELOW
+        e = r
+        if events.any():
+            e = int(events.any(axis=0).argmax()) + 1
         if self.max_steps > 0:
             e = max(1, min(e, self._steps_left))
         j = e - 1
         self._tilt[:] = tilt[:, :, j]
         self._pos[:] = pos[:, :, j]
         self._vel[:] = self._vel * self._decay_pow[:, e : e + 1] + out[:, :, j]
-        s[:, 3] = y[:, j]
-        s[:, 6] = np.where(contact[:, j], 0.0, vy0[:, 0] - self._gravity * (DT * e))
+        if not resting:
+            s[:, 3] = y[:, j]
+            s[:, 6] = np.where(contact[:, j], 0.0, vy0[:, 0] - self._gravity * (DT * e))
+            self._resting = self._gravity_down and bool(contact[:, j].all())
         self._step_count += e
         self._steps_left -= e
         self._reward.fill(0.1)
-        if ev[first]:
+        if events[:, j].any():
             off = side[:, j] > EDGE
-            self._floor[off] = -np.inf
-            self._event_side[off] = LOST_SIDE
-            lost = np.flatnonzero((side[:, j] > LOST_SIDE) | (y[:, j] < LOST_BELOW))
+            if off.any():
+                self._floor[off] = -np.inf
+                self._event_side[off] = LOST_SIDE
+                self._resting = False
+            lost = np.flatnonzero((side[:, j] > LOST_SIDE) | (s[:, 3] < LOST_BELOW))
             if lost.size:
                 self._reward[lost] = -1.0
                 self._finish(lost, False)

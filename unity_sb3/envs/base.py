@@ -100,7 +100,9 @@ class EmbeddedScene(BaseEnv):
         ] = []
         self._last_decision_idx = np.zeros(0, dtype=np.intp)
         self._last_decision_ids = np.zeros(0, dtype=np.int32)
-        self._pending: ActionTuple | None = None
+        self._pending: tuple[np.ndarray, np.ndarray] | None = (
+            None  # (continuous, discrete) for the last decision
+        )
         self._steps: tuple[DecisionSteps, TerminalSteps] | None = None
         self._academy_step = 0
         self._closed = False
@@ -312,7 +314,7 @@ class EmbeddedScene(BaseEnv):
             return
         action = self._spec.action_spec._validate_action(action, len(self._last_decision_idx), behavior_name)
         self._check_discrete(action.discrete, behavior_name)
-        self._pending = ActionTuple(continuous=action.continuous.copy(), discrete=action.discrete.copy())
+        self._pending = (action.continuous.copy(), action.discrete.copy())
 
     def set_action_for_agent(self, behavior_name: str, agent_id: int, action: ActionTuple) -> None:
         self._check_behavior(behavior_name)
@@ -327,9 +329,10 @@ class EmbeddedScene(BaseEnv):
                 "only agents in the last DecisionSteps take actions."
             )
         if self._pending is None:
-            self._pending = self._spec.action_spec.empty_action(len(self._last_decision_idx))
-        self._pending.continuous[where[0]] = action.continuous[0]
-        self._pending.discrete[where[0]] = action.discrete[0]
+            empty = self._spec.action_spec.empty_action(len(self._last_decision_idx))
+            self._pending = (empty.continuous, empty.discrete)
+        self._pending[0][where[0]] = action.continuous[0]
+        self._pending[1][where[0]] = action.discrete[0]
 
     def get_steps(self, behavior_name: str) -> tuple[DecisionSteps, TerminalSteps]:
         self._check_behavior(behavior_name)
@@ -373,8 +376,7 @@ class EmbeddedScene(BaseEnv):
             cont.fill(0.0)
             disc.fill(0)
         else:
-            cont[:] = pending.continuous
-            disc[:] = pending.discrete
+            cont[:], disc[:] = pending
         if idx.size != self.num_agents:
             self._cont_action[idx] = cont
             self._disc_action[idx] = disc

@@ -94,7 +94,9 @@ class GridWorld(GridScene):
         room = np.full((g + 2, g + 2), WALL, dtype=np.int64)
         room[1:-1, 1:-1] = FLOOR
         self._room = room
-        self._pixel_cell = np.arange(s) * (g + 2) // s  # nearest-neighbour upscaling
+        self._pixel_cell = np.arange(s) * (g + 2) // s  # cell of each pixel row / column
+        self._pixels_per_cell = np.bincount(self._pixel_cell, minlength=g + 2)
+        self._palette_chw = np.ascontiguousarray(PALETTE.T)
         self._channels_last = self.params["channels_last"]
 
     def _on_episode_begin(self, idx: np.ndarray) -> None:
@@ -129,10 +131,13 @@ class GridWorld(GridScene):
         cells = np.repeat(self._room[None], m, axis=0)
         for kind, xy in ((PLUS, self._goals[idx, 0]), (EX, self._goals[idx, 1]), (AGENT, self._pos[idx])):
             cells[rows, g - xy[:, 1], xy[:, 0] + 1] = kind  # row 1 is the top (y = g - 1)
-        pc = self._pixel_cell
-        image = PALETTE[cells[:, pc[:, None], pc[None, :]]]  # (m, s, s, 3)
-        if not self._channels_last:
-            image = np.ascontiguousarray(image.transpose(0, 3, 1, 2))
+        # colour the cells, then upscale (nearest neighbour) by repeating rows and columns
+        reps = self._pixels_per_cell
+        if self._channels_last:
+            image = np.repeat(np.repeat(PALETTE[cells], reps, axis=1), reps, axis=2)
+        else:
+            coloured = np.take(self._palette_chw, cells, axis=1).transpose(1, 0, 2, 3)  # (m, 3, g+2, g+2)
+            image = np.repeat(np.repeat(coloured, reps, axis=2), reps, axis=3)
         goal = np.zeros((m, 2), dtype=np.float32)
         goal[rows, self._target[idx]] = 1.0
         return [image, goal]
