@@ -363,6 +363,16 @@ def test_ball3d_actions_only_reach_deciding_agents():
     np.testing.assert_allclose(tilt[[0, 2]], 0.0, atol=1e-4)  # missing actions are zeros
 
 
+def test_actions_set_before_a_reset_are_dropped():
+    env = make_scene("Ball3D", seed=0, num_agents=3)
+    env.reset()
+    env.set_actions("3DBall?team=0", ActionTuple(continuous=np.ones((3, 2), np.float32)))
+    env.reset()
+    before = env.get_steps("3DBall?team=0")[0].obs[0][:, :2]
+    env.step()
+    np.testing.assert_allclose(env.get_steps("3DBall?team=0")[0].obs[0][:, :2], before, atol=1e-6)
+
+
 def _settled_ball(**params) -> np.ndarray:
     env = make_scene("Ball3D", seed=4, num_agents=2, **params)
     steps = list(run(env, "3DBall?team=0", "expert", 30))

@@ -100,9 +100,8 @@ class EmbeddedScene(BaseEnv):
         ] = []
         self._last_decision_idx = np.zeros(0, dtype=np.intp)
         self._last_decision_ids = np.zeros(0, dtype=np.int32)
-        self._pending: tuple[np.ndarray, np.ndarray] | None = (
-            None  # (continuous, discrete) for the last decision
-        )
+        # (continuous, discrete) actions set for the agents of the last DecisionSteps
+        self._pending: tuple[np.ndarray, np.ndarray] | None = None
         self._steps: tuple[DecisionSteps, TerminalSteps] | None = None
         self._academy_step = 0
         self._closed = False
@@ -279,6 +278,7 @@ class EmbeddedScene(BaseEnv):
         self._pull_side_channels()
         self._academy_step = 0
         self._terminals = []
+        self._pending = None
         self._active[:] = False
         self._start(np.arange(self.num_agents))
         self._emit()
