@@ -408,7 +408,7 @@ class ScriptedEnv(BaseEnv):
             np.array([r[2] for r in rows], dtype=np.float32),
             np.array([r[0] for r in rows], dtype=np.int32),
             mask,
-            np.array([r[3] for r in rows], dtype=np.int32),
+            [int(r[3]) for r in rows],  # a list, as mlagents_envs' rpc_utils gives it
             np.array([r[4] for r in rows], dtype=np.float32),
         )
 
@@ -418,6 +418,6 @@ class ScriptedEnv(BaseEnv):
             np.array([r[2] for r in rows], dtype=np.float32),
             np.array([r[3] for r in rows], dtype=bool),
             np.array([r[0] for r in rows], dtype=np.int32),
-            np.array([r[4] for r in rows], dtype=np.int32),
+            [int(r[4]) for r in rows],
             np.array([r[5] for r in rows], dtype=np.float32),
         )

@@ -81,13 +81,16 @@ class _Instance:
     group_id: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     dec: DecisionSteps | None = None
     restarts: int = 0
-
-    @property
-    def slots(self) -> slice:
-        return slice(self.start, self.start + self.n)
+    arange: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    all_bound: bool = False  # every slot has an agent
+    identity: bool = False  # slot i's agent is row i of ``dec`` for every slot
+    steady_ids: np.ndarray | None = None  # ``dec.agent_id`` when every slot's agent asked (rows valid)
+    slots: slice = field(default_factory=lambda: slice(0, 0))
 
     def allocate(self, n: int) -> None:
         self.n = n
+        self.slots = slice(self.start, self.start + n)
+        self.arange = np.arange(n, dtype=np.int64)
         self.agent = np.zeros(n, np.int64)
         self.bound = np.zeros(n, bool)
         self.previous = np.zeros(n, np.int64)
@@ -98,7 +101,9 @@ class _Instance:
     def unbind_all(self) -> None:
         self.bound[:] = False
         self.had_agent[:] = False
-        self.rows[:] = -1
+        self.rows = np.full(self.n, -1, np.int64)
+        self.all_bound = self.identity = False
+        self.steady_ids = None
 
 
 @dataclass
@@ -236,6 +241,8 @@ class UnityVecEnv(VecEnv):
             self._actions: Any = None
             self._seed: int | None = None
             self._fresh = True
+            self._info_cache: list[dict[str, Any]] | None = None
+            self._info_groups = np.zeros(0, np.int64)
             self._views = [_SlotView(self, i) for i in range(total)]
             self._slot_instance = np.repeat(np.arange(len(self._instances)), counts)
             super().__init__(total, self.spaces.observation_space, self.spaces.action_space)
@@ -349,7 +356,10 @@ class UnityVecEnv(VecEnv):
         inst.env.reset()
 
     def _answer_others(self, inst: _Instance) -> None:
-        for name in list(inst.env.behavior_specs):
+        names = list(inst.env.behavior_specs)
+        if len(names) == 1:
+            return
+        for name in names:
             if name == self.behavior_name:
                 continue
             try:
@@ -441,30 +451,34 @@ class UnityVecEnv(VecEnv):
             raise RuntimeError("step_wait() called without step_async(actions)")
         actions, self._actions = self._actions, None
         self._fresh = False
-        per_instance = [_slice_actions(actions, inst.slots) for inst in self._instances]
-        jobs = list(zip(self._instances, per_instance))
-        results = self._map(lambda job: self._guard(job[0], lambda: self._step_instance(*job)), jobs)
-        for k, (inst, result) in enumerate(zip(self._instances, results)):
+        instances = self._instances
+        if len(instances) == 1:
+            inst = instances[0]
+            result = self._guard(inst, lambda: self._step_instance(inst, actions))
             if isinstance(result, BaseException):
-                results[k] = self._restart_or_raise(inst, result)
-        if len(results) == 1:
-            r = results[0]
-            reward, group_reward, done = r.reward, r.group_reward, r.done
+                result = self._restart_or_raise(inst, result)
+            results = [result]
+            reward, group_reward, done = result.reward, result.group_reward, result.done
+            active = inst.rows >= 0
+            group_id = inst.group_id
         else:
+            jobs = [(inst, _slice_actions(actions, inst.slots)) for inst in instances]
+            results = self._map(lambda job: self._guard(job[0], lambda: self._step_instance(*job)), jobs)
+            for k, (inst, result) in enumerate(zip(instances, results)):
+                if isinstance(result, BaseException):
+                    results[k] = self._restart_or_raise(inst, result)
             reward = np.concatenate([r.reward for r in results])
             group_reward = np.concatenate([r.group_reward for r in results])
             done = np.concatenate([r.done for r in results])
+            active = np.concatenate([inst.rows >= 0 for inst in instances])
+            group_id = np.concatenate([inst.group_id for inst in instances])
+        self._active = active
+        self._masks = None
         if self.add_group_reward:
             reward = reward + group_reward
-        self._after_update()
-        active = self._active
-        group_id = np.concatenate([inst.group_id for inst in self._instances])
-        infos: list[dict[str, Any]] = [
-            {"active": a, "group_id": g, "group_reward": gr}
-            for a, g, gr in zip(active.tolist(), group_id.tolist(), group_reward.tolist())
-        ]
-        if done.any():
-            for inst, r in zip(self._instances, results):
+        infos = self._base_infos(active, group_id, group_reward)
+        if any(r.terminal_obs for r in results):
+            for inst, r in zip(instances, results):
                 for local, obs in r.terminal_obs.items():
                     info = infos[inst.start + local]
                     info["terminal_observation"] = obs
@@ -478,24 +492,39 @@ class UnityVecEnv(VecEnv):
                 "decision this step (decision periods out of phase, or agents that died with no replacement). "
                 "Their steps are placeholders (infos[i]['active'] is False, reward 0) that plain SB3 "
                 "algorithms train on; unity_sb3's algorithms skip them. Shown once.",
-                stacklevel=2,
+                stacklevel=3,
             )
-        return self._copy_obs(), reward.astype(np.float32, copy=False), done, infos
+        return self._copy_obs(), reward, done, infos
 
-    def _step_instance(self, inst: _Instance, actions: Any) -> _StepResult:
-        n = inst.n
+    def _base_infos(self, active: np.ndarray, group_id: np.ndarray, group_reward: np.ndarray) -> list[dict]:
+        """Fresh info dicts; in the steady state (all active, no group reward, same groups) they are
+        copies of cached ones, which is several times cheaper than building them with many slots."""
+        cache = self._info_cache
+        steady = self.num_envs > 32 and not group_reward.any() and active.all()
+        if steady and cache is not None and np.array_equal(group_id, self._info_groups):
+            return list(map(dict.copy, cache))
+        infos: list[dict[str, Any]] = [
+            {"active": a, "group_id": g, "group_reward": gr}
+            for a, g, gr in zip(active.tolist(), group_id.tolist(), group_reward.tolist())
+        ]
+        if steady:
+            self._info_cache = list(map(dict.copy, infos))
+            self._info_groups = group_id.copy()
+        return infos
+
+    def _send(self, inst: _Instance, actions: Any) -> None:
+        """Answer every agent that asked: slot actions for bound agents, zeros for the others."""
         dec = inst.dec
         assert dec is not None
-        rows = inst.rows
-        active = rows >= 0
-        unity_actions = self.spaces.to_unity_actions(actions, n)
         n_dec = len(dec)
         if n_dec:
-            if n_dec == n and active.all() and np.array_equal(rows, np.arange(n)):
+            unity_actions = self.spaces.to_unity_actions(actions, inst.n)
+            if inst.identity and n_dec == inst.n:
                 full = unity_actions
             else:
                 full = self.behavior_spec.action_spec.empty_action(n_dec)
-                targets = rows[active]
+                active = inst.rows >= 0
+                targets = inst.rows[active]
                 if self.spaces.continuous_size:
                     full.continuous[targets] = unity_actions.continuous[active]
                 if self.spaces.branches:
@@ -503,37 +532,59 @@ class UnityVecEnv(VecEnv):
             inst.env.set_actions(self.behavior_name, full)
         self._answer_others(inst)
 
+    def _step_instance(self, inst: _Instance, actions: Any) -> _StepResult:
+        self._send(inst, actions)
+        n = inst.n
         reward = np.zeros(n, np.float32)
         group_reward = np.zeros(n, np.float32)
         done = np.zeros(n, bool)
         truncated = np.zeros(n, bool)
         terminal_obs: dict[int, Any] = {}
+        env, behavior = inst.env, self.behavior_name
         for _ in range(self.max_idle_steps):
-            inst.env.step()
-            dec, term = inst.env.get_steps(self.behavior_name)
+            env.step()
+            dec, term = env.get_steps(behavior)
             if len(term):
                 self._absorb_terminal(inst, term, reward, group_reward, done, truncated, terminal_obs)
-            rows = match_ids(inst.agent, inst.bound, dec.agent_id)
+            inst.dec = dec
+            ids = dec.agent_id
+            steady = inst.steady_ids
+            if steady is not None and len(ids) == len(steady) and (ids == steady).all():
+                # steady state: the same agents ask as last time, in the same order, all with slots
+                rows = inst.rows
+                reward += dec.reward[rows]
+                group_reward += dec.group_reward[rows]
+                inst.group_id[:] = np.asarray(dec.group_id)[rows]
+                converted = self.spaces.observations(dec.obs)
+                if inst.identity:
+                    _put_slice(self._obs_buf, inst.slots, converted, n)
+                else:
+                    _put(self._obs_buf, inst.slots, _take(converted, rows))
+                return _StepResult(reward, group_reward, done, truncated, terminal_obs)
+            rows = match_ids(inst.agent, inst.bound, ids)
             found = rows >= 0
             if found.any():
                 reward[found] += dec.reward[rows[found]]
                 group_reward[found] += dec.group_reward[rows[found]]
-                inst.group_id[found] = dec.group_id[rows[found]]
-            inst.dec = dec
-            if not inst.bound.all():
-                self._bind(inst, dec, rows)
-            else:
-                inst.rows = rows
-            if (inst.rows >= 0).any() or done.any():
+                inst.group_id[found] = np.asarray(dec.group_id)[rows[found]]
+            self._bind(inst, dec, rows)
+            if inst.all_bound and (inst.rows >= 0).all():
+                inst.steady_ids = np.array(ids, copy=True)
+                inst.identity = len(ids) >= n and bool((inst.rows == inst.arange).all())
+            # a slot whose agent ended its episode waits with the others for the next request, so
+            # a death between two decisions does not make a step where every slot is inactive
+            if (inst.rows >= 0).any():
                 break
             self._answer_idle(inst, dec)
         else:
-            raise UnityNoDecisionError(
-                f"Unity worker {inst.worker_id}: none of its {n} slots' agents of behavior "
-                f"{self.behavior_name!r} asked for a decision or ended an episode in {self.max_idle_steps} "
-                "Unity steps. Raise max_idle_steps if the agents decide that rarely."
-            )
-        self._write_obs(inst, dec, np.flatnonzero(inst.rows >= 0))
+            if not done.any():
+                raise UnityNoDecisionError(
+                    f"Unity worker {inst.worker_id}: none of its {n} slots' agents of behavior "
+                    f"{self.behavior_name!r} asked for a decision or ended an episode in {self.max_idle_steps} "
+                    "Unity steps. Raise max_idle_steps if the agents decide that rarely."
+                )
+            # nobody asks any more, but episodes ended: report them
+        self._write_obs(inst, inst.dec, np.flatnonzero(inst.rows >= 0))
         return _StepResult(reward, group_reward, done, truncated, terminal_obs)
 
     def _absorb_terminal(
@@ -553,7 +604,7 @@ class UnityVecEnv(VecEnv):
         term_rows = rows[ended]
         reward[ended] += term.reward[term_rows]
         group_reward[ended] += term.group_reward[term_rows]
-        inst.group_id[ended] = term.group_id[term_rows]
+        inst.group_id[ended] = np.asarray(term.group_id)[term_rows]
         done[ended] = True
         truncated[ended] = term.interrupted[term_rows]
         converted = self.spaces.observations(term.obs)
@@ -563,13 +614,21 @@ class UnityVecEnv(VecEnv):
         # placeholder until a new agent takes the slot: the terminal observation
         _put(self._obs_buf, inst.start + ended, picked)
         inst.bound[ended] = False
-        inst.rows[ended] = -1
+        rows = inst.rows.copy()  # may be the shared ``arange``
+        rows[ended] = -1
+        inst.rows = rows
+        inst.all_bound = False
+        inst.identity = False
+        inst.steady_ids = None
 
     def _bind(self, inst: _Instance, dec: DecisionSteps, rows: np.ndarray) -> None:
         """Give free slots to unassigned requesting agents; ``rows`` maps bound slots into ``dec``."""
         inst.rows = rows
+        inst.identity = False
+        inst.steady_ids = None
         free = np.flatnonzero(~inst.bound)
         if len(free) == 0 or len(dec) == 0:
+            inst.all_bound = len(free) == 0
             return
         candidates = unassigned_rows(rows, len(dec))
         pairs = assign_free_slots(
@@ -584,6 +643,7 @@ class UnityVecEnv(VecEnv):
             inst.had_agent[slot] = True
             inst.rows[slot] = row
             inst.group_id[slot] = int(dec.group_id[row])
+        inst.all_bound = bool(inst.bound.all())
 
     def _write_obs(self, inst: _Instance, dec: DecisionSteps, local: np.ndarray) -> None:
         if len(local) == 0:

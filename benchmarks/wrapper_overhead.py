@@ -1,0 +1,175 @@
+"""Cost of ``UnityVecEnv`` over the raw ``BaseEnv`` loop it replaces (same run, side by side).
+
+For Ball3D with 12, 64 and 256 agents, a random-action loop runs on the raw ``BaseEnv``
+(``get_steps`` -> ``set_actions`` -> ``step``) and through ``UnityVecEnv`` (``step(actions)``),
+alternating in short rounds so machine load hits both alike; the ratio is the median of the
+per-round ratios. Both are counted in Unity steps per second (``BaseEnv.step`` calls: the
+wrapper also steps Unity between decisions), so the ratio wrapped/raw is the fraction of the
+raw speed the wrapper keeps. In-process loops are timed in CPU time of this process (robust
+on a shared machine); player loops in wall time (the work is split across two processes).
+Two transports:
+
+- ``inprocess``: the embedded scene as a Python object (the wrapper's cost is most visible);
+- ``player``: the stand-in Unity player over the real gRPC protocol, which costs what a real
+  Unity build costs; the targets (>= 0.9 at 12 agents, >= 0.95 at 256) are meant for this one.
+
+Writes ``benchmarks/results/wrapper_overhead.json``.
+
+Usage::
+
+    python benchmarks/wrapper_overhead.py [--agents 12 64 256] [--seconds 1.5] [--rounds 3]
+        [--transports inprocess player]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+import warnings
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np
+
+# isort: off
+import unity_sb3  # noqa: F401  (first: makes mlagents_envs import on protobuf >= 4)
+
+# isort: on
+from _common import print_table, write_results
+from mlagents_envs.base_env import ActionTuple, BaseEnv
+
+from unity_sb3.unity.connect import open_unity
+from unity_sb3.wrappers.vec_env import UnityVecEnv
+
+SCENE = "Ball3D"
+
+
+class StepCounter:
+    """Counts ``step()`` calls of a ``BaseEnv`` (patched on the instance, so both loops pay it)."""
+
+    def __init__(self, env: BaseEnv) -> None:
+        self.count = 0
+        original = env.step
+
+        def step() -> None:
+            self.count += 1
+            original()
+
+        env.step = step  # type: ignore[method-assign]
+
+
+def raw_loop(
+    env: BaseEnv, behavior: str, seconds: float, rng: np.random.Generator, counter: StepCounter, clock
+) -> float:
+    """Unity steps per second of the plain random-action loop."""
+    size = env.behavior_specs[behavior].action_spec.continuous_size
+    start_count, start = counter.count, clock()
+    while clock() - start < seconds:
+        for _ in range(20):
+            dec, _ = env.get_steps(behavior)
+            env.set_actions(
+                behavior, ActionTuple(continuous=rng.uniform(-1, 1, (len(dec), size)).astype(np.float32))
+            )
+            env.step()
+    return (counter.count - start_count) / (clock() - start)
+
+
+def wrapped_loop(
+    venv: UnityVecEnv, seconds: float, rng: np.random.Generator, counter: StepCounter, clock
+) -> tuple[float, float]:
+    """Unity steps per second and wrapper steps per second through ``UnityVecEnv``."""
+    venv.reset()
+    shape = (venv.num_envs, *venv.action_space.shape)
+    start_count, start, calls = counter.count, clock(), 0
+    while clock() - start < seconds:
+        for _ in range(20):
+            venv.step(rng.uniform(-1, 1, shape).astype(np.float32))
+        calls += 20
+    elapsed = clock() - start
+    return (counter.count - start_count) / elapsed, calls / elapsed
+
+
+def measure(transport: str, agents: int, seconds: float, rounds: int, worker_id: int) -> dict:
+    env = open_unity(SCENE, transport=transport, worker_id=worker_id, num_agents=agents)
+    clock = time.process_time if transport == "inprocess" else time.perf_counter
+    try:
+        behavior = next(iter(env.behavior_specs))
+        counter = StepCounter(env)
+        venv = UnityVecEnv(env, behavior)
+        venv.warn_inactive = False
+        rng = np.random.default_rng(0)
+        raw, wrapped, calls = [], [], []
+        wrapped_loop(venv, min(seconds, 0.3), rng, counter, clock)  # warm-up
+        for _ in range(rounds):
+            env.reset()
+            raw.append(raw_loop(env, behavior, seconds, rng, counter, clock))
+            steps, wrapper_steps = wrapped_loop(venv, seconds, rng, counter, clock)
+            wrapped.append(steps)
+            calls.append(wrapper_steps)
+        raw_median, wrapped_median = statistics.median(raw), statistics.median(wrapped)
+        ratios = [w / r for w, r in zip(wrapped, raw)]
+        return {
+            "transport": transport,
+            "clock": "cpu" if transport == "inprocess" else "wall",
+            "agents": agents,
+            "slots": venv.num_envs,
+            "raw_unity_steps_per_s": raw_median,
+            "wrapped_unity_steps_per_s": wrapped_median,
+            "wrapper_steps_per_s": statistics.median(calls),
+            "ratio": statistics.median(ratios),
+            "ratio_per_round": ratios,
+        }
+    finally:
+        env.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--agents", type=int, nargs="+", default=[12, 64, 256])
+    parser.add_argument("--seconds", type=float, default=0.5, help="per measurement")
+    parser.add_argument("--rounds", type=int, default=9, help="alternating raw/wrapped rounds (median)")
+    parser.add_argument("--transports", nargs="+", default=["inprocess", "player"])
+    parser.add_argument("--worker-id", type=int, default=41, help="port offset for the player")
+    args = parser.parse_args()
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    rows = []
+    for transport in args.transports:
+        for agents in args.agents:
+            row = measure(transport, agents, args.seconds, args.rounds, args.worker_id)
+            rows.append(row)
+            print(
+                f"{transport:9s} {agents:4d} agents: raw {row['raw_unity_steps_per_s']:8.0f} "
+                f"wrapped {row['wrapped_unity_steps_per_s']:8.0f} Unity steps/s  ratio {row['ratio']:.3f}",
+                flush=True,
+            )
+    columns = [
+        "transport",
+        "clock",
+        "agents",
+        "raw_unity_steps_per_s",
+        "wrapped_unity_steps_per_s",
+        "wrapper_steps_per_s",
+        "ratio",
+    ]
+    print_table(
+        rows, columns, title=f"UnityVecEnv overhead on {SCENE} (random actions; ratio = wrapped / raw)"
+    )
+    path = write_results(
+        "wrapper_overhead",
+        rows,
+        scene=SCENE,
+        seconds=args.seconds,
+        rounds=args.rounds,
+        targets={"12": 0.9, "256": 0.95},
+    )
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
