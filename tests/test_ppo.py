@@ -449,3 +449,78 @@ def test_gail_learns_cartpole_from_expert_demos_without_extrinsic_reward():
             done, n = terminated or truncated, n + 1
         lengths.append(n)
     assert np.mean(lengths) > 150  # random play lasts about 20 steps
+
+
+# ---------------------------------------------------------------- PyramidsLite through UnityVecEnv (slow)
+def _pyramids_env(seed: int, **params):
+    envs = pytest.importorskip("unity_sb3.envs")
+    from stable_baselines3.common.vec_env import VecMonitor
+
+    from unity_sb3 import UnityVecEnv
+
+    return VecMonitor(UnityVecEnv(envs.make_scene("PyramidsLite", seed=seed, **params)))
+
+
+def _train_success(model, steps: int) -> float:
+    """Share of the episodes finished in the last quarter of training that reached the target."""
+    results: list[tuple[int, bool]] = []
+
+    def record(locals_, _globals) -> bool:
+        for info in locals_["infos"]:
+            if "episode" in info:
+                results.append((locals_["self"].num_timesteps, info["episode"]["r"] > 1.0))
+        return True
+
+    model.learn(steps, callback=record)
+    tail = [ok for t, ok in results if t > 0.75 * steps]
+    return float(np.mean(tail)) if tail else 0.0
+
+
+PYRAMIDS_PPO = {
+    "n_steps": 256,
+    "batch_size": 256,
+    "n_epochs": 3,
+    "ent_coef": 0.01,
+    "seed": 0,
+    "policy_kwargs": {"net_arch": [64, 64]},
+}
+
+
+@pytest.mark.slow
+def test_curiosity_reaches_the_pyramid_where_plain_ppo_does_not():
+    steps, room = 60_000, 21
+    plain = _train_success(PPO("MlpPolicy", _pyramids_env(0, room_size=room), **PYRAMIDS_PPO), steps)
+    curious = _train_success(
+        PPO(
+            "MlpPolicy",
+            _pyramids_env(0, room_size=room),
+            **PYRAMIDS_PPO,
+            reward_signals={
+                "extrinsic": {},
+                "curiosity": {"strength": 0.02, "network_settings": {"hidden_units": 64}},
+            },
+        ),
+        steps,
+    )
+    assert curious >= 0.3
+    assert plain <= 0.1
+
+
+@pytest.mark.slow
+def test_gail_from_scripted_expert_demos_learns_pyramids_without_extrinsic_reward(tmp_path):
+    envs = pytest.importorskip("unity_sb3.envs")
+    writer = pytest.importorskip("unity_sb3.unity.demo_writer")
+    scene = envs.make_scene("PyramidsLite", seed=1)
+    name = next(iter(scene.behavior_specs))
+    path = tmp_path / "pyramids_expert.demo"
+    writer.record_demo(scene, name, lambda steps: scene.expert_actions(name, steps), path, n_episodes=60)
+    scene.close()
+    model = PPO(
+        "MlpPolicy",
+        _pyramids_env(0),
+        **PYRAMIDS_PPO,
+        reward_signals={
+            "gail": {"demo_path": str(path), "strength": 1.0, "network_settings": {"hidden_units": 64}}
+        },
+    )
+    assert _train_success(model, 40_000) >= 0.5  # random play succeeds about 11% of the time

@@ -1,0 +1,191 @@
+"""PPO with curiosity / RND vs plain PPO on the sparse-reward PyramidsLite scene.
+
+Each (configuration, seed) trains ``unity_sb3.PPO`` through ``UnityVecEnv`` on an embedded
+PyramidsLite scene (8 agents, one slot each) and records, per window of training steps, the
+fraction of finished episodes that reached the target (return > 1: the only positive reward
+is +2 at the target). Prints a table, writes ``benchmarks/results/curiosity_pyramids.json`` and
+a plot of success rate vs steps ``benchmarks/results/curiosity_pyramids.png``.
+
+    python benchmarks/curiosity_pyramids.py                       # 3 seeds, 3 configs
+    python benchmarks/curiosity_pyramids.py --steps 60000 --seeds 0 --configs plain curiosity
+
+Hyperparameters follow ML-Agents' Pyramids / PyramidsRND configs, with smaller networks so it
+runs on a laptop CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch as th
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.vec_env import VecMonitor
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import RESULTS_DIR, print_table, write_results
+
+from unity_sb3 import PPO, UnityVecEnv
+from unity_sb3.envs import make_scene
+
+CONFIGS: dict[str, dict[str, Any] | None] = {
+    "plain": None,
+    "curiosity": {
+        "extrinsic": {"strength": 1.0, "gamma": 0.99},
+        "curiosity": {
+            "strength": 0.02,
+            "gamma": 0.99,
+            "learning_rate": 3e-4,
+            "network_settings": {"hidden_units": 128},
+        },
+    },
+    "rnd": {
+        "extrinsic": {"strength": 1.0, "gamma": 0.99},
+        "rnd": {
+            "strength": 0.01,
+            "gamma": 0.99,
+            "learning_rate": 1e-4,
+            "network_settings": {"hidden_units": 64},
+        },
+    },
+}
+
+
+class SuccessRecorder(BaseCallback):
+    """Collects ``(num_timesteps, success)`` for every finished episode (needs ``VecMonitor``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.episodes: list[tuple[int, bool]] = []
+
+    def _on_step(self) -> bool:
+        for info in self.locals["infos"]:
+            episode = info.get("episode")
+            if episode is not None:
+                self.episodes.append((self.num_timesteps, bool(episode["r"] > 1.0)))
+        return True
+
+
+def success_curve(episodes: list[tuple[int, bool]], steps: int, window: int) -> list[float | None]:
+    """Success fraction of the episodes that ended in each ``window`` of steps (None: no episode)."""
+    curve: list[float | None] = []
+    for start in range(0, steps, window):
+        ended = [ok for t, ok in episodes if start < t <= start + window]
+        curve.append(float(np.mean(ended)) if ended else None)
+    return curve
+
+
+def run(config: str, seed: int, steps: int, room_size: int, window: int) -> dict[str, Any]:
+    th.set_num_threads(1)
+    env = VecMonitor(UnityVecEnv(make_scene("PyramidsLite", seed=seed, room_size=room_size)))
+    model = PPO(
+        "MlpPolicy",
+        env,
+        n_steps=256,
+        batch_size=256,
+        n_epochs=3,
+        learning_rate=3e-4,
+        ent_coef=0.01,
+        gae_lambda=0.95,
+        gamma=0.99,
+        seed=seed,
+        policy_kwargs={"net_arch": [128, 128]},
+        reward_signals=CONFIGS[config],
+    )
+    recorder = SuccessRecorder()
+    start = time.perf_counter()
+    model.learn(steps, callback=recorder)
+    elapsed = time.perf_counter() - start
+    env.close()
+    curve = success_curve(recorder.episodes, steps, window)
+    tail = [ok for t, ok in recorder.episodes if t > 0.8 * steps]
+    return {
+        "config": config,
+        "seed": seed,
+        "steps": steps,
+        "episodes": len(recorder.episodes),
+        "final_success": float(np.mean(tail)) if tail else 0.0,
+        "curve": curve,
+        "seconds": round(elapsed, 1),
+    }
+
+
+def plot(rows: list[dict[str, Any]], window: int, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for config in dict.fromkeys(r["config"] for r in rows):
+        curves = np.array(
+            [[np.nan if v is None else v for v in r["curve"]] for r in rows if r["config"] == config],
+            dtype=float,
+        )
+        x = (np.arange(curves.shape[1]) + 1) * window
+        mean = np.nanmean(curves, axis=0)
+        ax.plot(x, mean, label=f"{config} (n={len(curves)})")
+        ax.fill_between(x, np.nanmin(curves, axis=0), np.nanmax(curves, axis=0), alpha=0.2)
+    ax.set_xlabel("training steps (all agents)")
+    ax.set_ylabel("success rate of finished episodes")
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_title("PyramidsLite: PPO vs PPO + curiosity / RND (mean, min-max over seeds)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--steps", type=int, default=150_000, help="training steps per run (all agents)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
+    parser.add_argument("--room-size", type=int, default=21, help="PyramidsLite room side (cells)")
+    parser.add_argument("--window", type=int, default=10_000, help="steps per point of the curve")
+    parser.add_argument("--name", default="curiosity_pyramids", help="stem of the JSON / PNG outputs")
+    args = parser.parse_args(argv)
+
+    rows = []
+    for config in args.configs:
+        for seed in args.seeds:
+            row = run(config, seed, args.steps, args.room_size, args.window)
+            rows.append(row)
+            print(
+                f"{config:>9} seed {seed}: final success {row['final_success']:.2f} "
+                f"({row['episodes']} episodes, {row['seconds']} s)",
+                flush=True,
+            )
+    summary = []
+    for config in args.configs:
+        finals = [r["final_success"] for r in rows if r["config"] == config]
+        summary.append(
+            {
+                "config": config,
+                "seeds": len(finals),
+                "final success (mean)": float(np.mean(finals)),
+                "min": float(np.min(finals)),
+                "max": float(np.max(finals)),
+            }
+        )
+    print_table(
+        summary,
+        ["config", "seeds", "final success (mean)", "min", "max"],
+        title=f"PyramidsLite room {args.room_size}, {args.steps} steps; success = share of episodes "
+        "reaching the target in the last 20% of training",
+    )
+    path = write_results(args.name, rows, summary=summary, settings=vars(args))
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    png = RESULTS_DIR / f"{args.name}.png"
+    plot(rows, args.window, png)
+    print(f"wrote {path} and {png}")
+
+
+if __name__ == "__main__":
+    main()
