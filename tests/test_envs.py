@@ -496,6 +496,20 @@ def test_gridworld_masks_match_walls_and_expert_respects_them(channels_last):
     assert masked_seen > 0
 
 
+def test_gridworld_without_masks():
+    env = make_scene("GridWorld", seed=2, num_agents=6, mask_actions=False)
+    for d, _t in run(env, "GridWorld?team=0", "random", 30):
+        assert not any(m.any() for m in d.action_mask)  # all allowed, as rpc_utils reports no mask
+    assert (
+        np.mean(
+            episode_returns(
+                make_scene("GridWorld", seed=1, mask_actions=False), "GridWorld?team=0", "expert", 100
+            )
+        )
+        > 0.5
+    )
+
+
 def test_gridworld_rewards():
     env = make_scene("GridWorld", seed=0, num_agents=4)
     rewards = []

@@ -8,7 +8,8 @@ Each agent has its own walled room of ``grid_size`` x ``grid_size`` cells with a
   channel-last with ``channels_last=True``), then a goal signal: a one-hot of the goal to
   reach (index 0 = green plus, 1 = red ex), ``ObservationType.GOAL_SIGNAL`` as in the original.
 * Actions: one branch of 5: stay, up, down, left, right. Action masks forbid moves into the
-  walls (``GridAgent.WriteDiscreteActionMask``).
+  walls (``GridAgent.WriteDiscreteActionMask``; ``mask_actions=False`` sends none, and a
+  move into a wall then leaves the agent where it is).
 * Reward: -0.01 per decision, +1 (``SetReward``) and episode end at the goal of the signal,
   -1 and episode end at the other goal. ``max_steps`` = 100 decisions.
 * Stats: ``GridWorld/SuccessRate`` (1 at the right goal, else 0) per finished episode.
@@ -54,11 +55,13 @@ class GridWorld(GridScene):
         "grid_size": 5,
         "image_size": 32,
         "channels_last": False,
+        "mask_actions": True,
     }
     PARAM_DOCS: ClassVar[dict[str, str]] = {
         "grid_size": "room side in cells, walls excluded",
         "image_size": "side of the visual observation in pixels",
         "channels_last": "visual observation as (H, W, 3) instead of (3, H, W)",
+        "mask_actions": "send action masks (GridAgent.maskActions); without them moves into walls do nothing",
     }
 
     @classmethod
@@ -142,8 +145,8 @@ class GridWorld(GridScene):
         goal[rows, self._target[idx]] = 1.0
         return [image, goal]
 
-    def _action_mask(self, idx: np.ndarray) -> list[np.ndarray]:
-        return [wall_mask(self._pos[idx], self._size)]
+    def _action_mask(self, idx: np.ndarray) -> list[np.ndarray] | None:
+        return [wall_mask(self._pos[idx], self._size)] if self.params["mask_actions"] else None
 
     def expert_actions(self, behavior_name: str, decision_steps: DecisionSteps) -> ActionTuple:
         """Walk to the signalled goal, read from the image, around the other goal; never a masked move."""
@@ -156,14 +159,17 @@ class GridWorld(GridScene):
         want = goal.argmax(axis=1)
         rows = np.arange(len(goal))
         target, other = targets[rows, want], targets[rows, 1 - want]
-        mask = decision_steps.action_mask[0] if decision_steps.action_mask is not None else None
+        # walls seen in the image (the agent's cell), plus whatever the masks forbid
+        blocked = wall_mask(agent, self._size)
+        if decision_steps.action_mask is not None:
+            blocked |= decision_steps.action_mask[0]
         actions = np.zeros((len(goal), 1), dtype=np.int32)
         for i in range(len(goal)):
             delta = target[i] - agent[i]
             good = [RIGHT if delta[0] > 0 else LEFT] if delta[0] else []
             good += [UP if delta[1] > 0 else DOWN] if delta[1] else []
             good.sort(key=lambda a: -abs(delta[0] if a in (LEFT, RIGHT) else delta[1]))
-            allowed = [a for a in range(1, 5) if mask is None or not mask[i, a]]
+            allowed = [a for a in range(1, 5) if not blocked[i, a]]
             safe = [a for a in allowed if not (agent[i] + MOVES[a] == other[i]).all()]
             choice = next((a for a in good if a in safe), None)
             if choice is None:  # the other goal blocks the only shortest path: side-step
