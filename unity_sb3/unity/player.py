@@ -172,8 +172,8 @@ class StandInPlayer:
             if not self._accept_initialization(reply):
                 return EXIT_CLOSED
             reply = stub.Exchange(self._message(), timeout=self.timeout)
-            stage = "running"
             started = time.perf_counter()
+            stage = "running"
             while True:
                 if reply.header.status != 200:
                     logger.info("Python closed the connection (header status %d).", reply.header.status)
@@ -547,8 +547,9 @@ def _configure_logging(log_file: str | None) -> logging.Handler:
     elif log_file:
         Path(log_file).expanduser().parent.mkdir(parents=True, exist_ok=True)
         handler = logging.FileHandler(log_file, mode="w", encoding="utf-8")
-    else:
+    else:  # no -logFile: only warnings and errors, on stderr (Unity would write ~/.config/unity3d/.../Player.log)
         handler = logging.StreamHandler(sys.stderr)
+        handler.setLevel(logging.WARNING)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)
