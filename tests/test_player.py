@@ -45,10 +45,12 @@ from mlagents_envs.side_channel.stats_side_channel import StatsSideChannel
 from unity_sb3.unity import player as player_module
 from unity_sb3.unity.errors import UnityConfigurationError, UnityProcessError, UnityTimeoutError
 from unity_sb3.unity.player import (
+    COMMUNICATION_VERSION,
     EXIT_CLOSED,
     EXIT_NO_PYTHON,
     EXIT_SCENE_ERROR,
     EXIT_USAGE,
+    StandInPlayer,
     main,
     parse_param,
     player_errors,
@@ -347,6 +349,57 @@ def test_training_analytics_messages_are_kept_from_the_scene():
         without_channels(data[:-1], set())
     with pytest.raises(ProtocolError, match="truncated"):
         without_channels(data + b"\x01\x02", set())
+
+
+# ---------------------------------------------------------------------------------- player units
+
+
+def test_initialization_message_is_what_a_current_unity_sends():
+    scene = ProtocolTestScene(seed=0)
+    message = StandInPlayer(scene, port=1, name="toy")._initialization_message()
+    assert message.header.status == 200
+    init = message.unity_output.rl_initialization_output
+    assert init.communication_version == COMMUNICATION_VERSION == UnityEnvironment.API_VERSION
+    assert init.name == "toy" and init.package_version
+    capabilities = init.capabilities
+    fields = [f.name for f in capabilities.DESCRIPTOR.fields]
+    assert len(fields) == 7 and all(getattr(capabilities, f) for f in fields)
+    assert [b.brain_name for b in init.brain_parameters] == [HYBRID, CONT]
+    for brain in init.brain_parameters:  # Python reads the specs from one agent per behavior
+        agent = message.unity_output.rl_output.agentInfos[brain.brain_name].value[0]
+        assert behavior_spec_from_proto(brain, agent) == scene.behavior_specs[brain.brain_name]
+
+
+def _input(command: int, side_channel: bytes = b"") -> UnityMessageProto:
+    message = UnityMessageProto()
+    message.header.status = 200
+    message.unity_input.rl_input.command = command
+    message.unity_input.rl_input.side_channel = side_channel
+    return message
+
+
+def test_handshake_seed_reseeds_and_commands_are_applied():
+    from mlagents_envs.communicator_objects.command_pb2 import QUIT, RESET, STEP
+
+    scene = ProtocolTestScene(seed=0)
+    player = StandInPlayer(scene, port=1)
+    reply = UnityMessageProto()
+    reply.header.status = 200
+    reply.unity_input.rl_initialization_input.seed = 9
+    assert player._accept_initialization(reply)
+    assert player._apply_input(_input(STEP))  # a step before any reset resets, as Unity starts
+    expected = ProtocolTestScene(seed=9)
+    expected.reset()
+    np.testing.assert_array_equal(scene.get_steps(HYBRID)[0].obs[0], expected.get_steps(HYBRID)[0].obs[0])
+    parameters = EnvironmentParametersChannel()
+    parameters.set_float_parameter("reward_scale", 2.5)
+    data = pack_side_channel_message(parameters.channel_id, bytes(parameters.message_queue[0]))
+    assert player._apply_input(_input(RESET, data))
+    assert scene.environment_parameters == {"reward_scale": 2.5}
+    assert not player._apply_input(_input(QUIT))
+    closing = UnityMessageProto()
+    closing.header.status = 400
+    assert not player._accept_initialization(closing)
 
 
 # ---------------------------------------------------------------------------------- CLI units
