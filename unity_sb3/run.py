@@ -108,6 +108,7 @@ def train(
         latest_checkpoint,
         save_atomic,
     )
+    from unity_sb3.mlagents_config import mlagents_callbacks, prepare_model_args
     from unity_sb3.plotting import plot_learning_curve
 
     run_dir = Path(run_dir)
@@ -134,18 +135,19 @@ def train(
             model = algo_cls.load(start_from, env=env, device=device, tensorboard_log=str(run_dir / "tb"))
             print(f"Resuming from {start_from} at {model.num_timesteps} steps")
         else:
+            policy, hyperparams = prepare_model_args(config.algo, config.policy, config.hyperparams, env)
             model = algo_cls(
-                config.policy,
+                policy,
                 env,
                 seed=config.seed,
                 verbose=verbose,
                 device=device,
                 tensorboard_log=str(run_dir / "tb"),
-                **config.hyperparams,
+                **hyperparams,
             )
         remaining = config.n_timesteps - (model.num_timesteps if start_from else 0)
         checkpoint = AtomicCheckpointCallback(checkpoint_every, checkpoints, keep_last=keep_checkpoints)
-        callbacks = [checkpoint]
+        callbacks = [checkpoint, *mlagents_callbacks(config.open_kwargs, config.behavior)]
         if progress:
             callbacks.append(LiveProgressCallback(max(remaining, 0)))
         interrupted = False
@@ -179,10 +181,13 @@ def train(
 
 def config_from_args(args: argparse.Namespace) -> RunConfig:
     """Build a :class:`RunConfig` from ``unity-sb3 train`` arguments and the hyperparameter files."""
-    hyper = load_hyperparams(args.algo, args.env, args.config)
+    hyper = load_hyperparams(args.algo, args.env, args.config, behavior=args.behavior)
+    algo = hyper.pop("algo", args.algo)  # an ML-Agents config names its trainer_type
+    if algo != args.algo:
+        print(f"The ML-Agents config's trainer_type selects {algo} (instead of --algo {args.algo}).")
     config = RunConfig(
         env=args.env,
-        algo=args.algo,
+        algo=algo,
         seed=args.seed,
         num_envs=args.num_envs,
         behavior=args.behavior,

@@ -45,10 +45,15 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def load_hyperparams(algo: str, env: str, config: str | Path | None = None) -> dict[str, Any]:
+def load_hyperparams(
+    algo: str, env: str, config: str | Path | None = None, behavior: str | None = None
+) -> dict[str, Any]:
     """Hyperparameters for ``algo`` on ``env``: the shipped defaults, then ``config`` on top.
 
-    ``config`` may be an RL Zoo style file (``{gym_id: {...}}``) or a flat mapping of settings.
+    ``config`` may be an RL Zoo style file (``{gym_id: {...}}``), a flat mapping of settings, or
+    an ML-Agents trainer config (it has ``behaviors:``; see :mod:`unity_sb3.mlagents_config`):
+    that one replaces the shipped defaults, prints its mapping, and adds ``algo`` (from the
+    behavior's ``trainer_type``) to the result. ``behavior`` picks one of its behaviors.
 
     :return: a dict with ``n_timesteps``, ``policy``, ``normalize`` and constructor arguments;
         ``policy_kwargs`` is already a dict.
@@ -60,6 +65,10 @@ def load_hyperparams(algo: str, env: str, config: str | Path | None = None) -> d
         params.update(yaml.unsafe_load(shipped.read_text()).get(key, {}))
     if config is not None:
         data = read_yaml(config)
+        if "behaviors" in data:
+            from unity_sb3.mlagents_config import load_mlagents_hyperparams
+
+            return load_mlagents_hyperparams(data, behavior=behavior, env=env)
         if key in data:
             params.update(data[key])
         elif any("/" in k or k.endswith("-v0") for k in data):
