@@ -177,25 +177,47 @@ def channel_mapping(channels: int) -> list[int]:
     return list(range(channels)) + [-1] * (padded - channels)
 
 
+def encode_visual_batch(images: np.ndarray, channel_first: bool = False) -> list[bytes]:
+    """PNG-encode the rank-3 observations of a batch of agents, one payload per agent.
+
+    Quantisation, layout and filtering are done once for the whole batch; only zlib and the
+    chunk framing run per image.
+
+    :param images: float array (n, height, width, channels) or, with ``channel_first``,
+        (n, channels, height, width); values in [0, 1] (others are clipped).
+    :param channel_first: whether the channels come first in each observation.
+    :return: for each agent, one PNG or ``ceil(channels / 3)`` PNGs concatenated, channels
+        zero-padded to a multiple of 3.
+    """
+    data = to_uint8(images)
+    if channel_first:
+        data = data.transpose(0, 2, 3, 1)
+    n, h, w, c = data.shape
+    groups = -(-c // 3)
+    # rows[i, g, y] = filter byte 0, then the RGB bytes of row y of PNG g of agent i
+    rows = np.zeros((n, groups, h, 1 + w * 3), dtype=np.uint8)
+    padded = np.zeros((n, h, w, groups * 3), dtype=np.uint8)
+    padded[..., :c] = data
+    rows[..., 1:] = padded.reshape(n, h, w, groups, 3).transpose(0, 3, 1, 2, 4).reshape(n, groups, h, w * 3)
+    ihdr = _png_chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
+    head, tail = PNG_SIGNATURE + ihdr, _png_chunk(b"IEND", b"")
+    return [
+        b"".join(
+            head + _png_chunk(b"IDAT", zlib.compress(rows[i, g].tobytes(), PNG_COMPRESSION_LEVEL)) + tail
+            for g in range(groups)
+        )
+        for i in range(n)
+    ]
+
+
 def encode_visual(image: np.ndarray, channel_first: bool = False) -> bytes:
-    """PNG-encode one rank-3 observation.
+    """PNG-encode one rank-3 observation (see :func:`encode_visual_batch`).
 
     :param image: float array, (height, width, channels) or, with ``channel_first``,
         (channels, height, width); values in [0, 1] (others are clipped).
     :param channel_first: whether the channels are the first axis.
-    :return: one PNG, or ``ceil(channels / 3)`` PNGs concatenated, channels zero-padded to a
-        multiple of 3.
     """
-    data = to_uint8(image)
-    if channel_first:
-        data = data.transpose(1, 2, 0)
-    h, w, c = data.shape
-    groups = -(-c // 3)
-    if groups * 3 != c:
-        padded = np.zeros((h, w, groups * 3), dtype=np.uint8)
-        padded[..., :c] = data
-        data = padded
-    return b"".join(encode_png_rgb(np.ascontiguousarray(data[..., 3 * g : 3 * g + 3])) for g in range(groups))
+    return encode_visual_batch(np.asarray(image)[None], channel_first)[0]
 
 
 def is_channel_first(obs_spec: ObservationSpec) -> bool:
@@ -256,7 +278,7 @@ class BehaviorEncoder:
                 )
         for o, visual, channel_first in zip(obs, self._visual, self._channel_first):
             if visual:
-                payloads.append([encode_visual(o[i], channel_first) for i in range(n)])
+                payloads.append(encode_visual_batch(np.asarray(o), channel_first))
             else:
                 payloads.append(np.asarray(o, dtype=np.float32).reshape(n, -1).tolist())
         return payloads
