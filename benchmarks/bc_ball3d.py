@@ -5,7 +5,7 @@ each seed, the same PPO (hyperparameters of ``unity_sb3/hyperparams/ppo.yml``, w
 rollout) learns the scene
 
 - ``ppo``: from scratch;
-- ``ppo+bc``: with ML-Agents' ``behavioral_cloning`` term (strength 0.5, annealed to 0 over
+- ``ppo+bc``: with ML-Agents' ``behavioral_cloning`` term (strength 1.0, annealed to 0 over
   the first half of the budget) read from the demo;
 - ``pretrain+ppo+bc``: the same, after :func:`unity_sb3.pretrain_bc` with critic warm-up.
 
@@ -144,7 +144,7 @@ def main() -> None:
     parser.add_argument("--max-steps", type=int, default=1000, help="Ball3D max_steps (physics steps)")
     parser.add_argument("--threshold", type=float, default=None, help="default: 90%% of the perfect score")
     parser.add_argument("--demo-episodes", type=int, default=24)
-    parser.add_argument("--strength", type=float, default=0.5)
+    parser.add_argument("--strength", type=float, default=1.0)
     parser.add_argument("--pretrain-epochs", type=int, default=20)
     args = parser.parse_args()
     torch.set_num_threads(1)

@@ -145,6 +145,41 @@ def test_real_expert_basic_demo_with_a_fake_env(demo_dir) -> None:
     assert np.mean(predicted == t.acts[:, 0]) >= 0.9
 
 
+@pytest.mark.parametrize("flatten", [False, True])
+def test_real_pyramid_demo_with_several_observations(demo_dir, flatten: bool) -> None:
+    """ExpertPyramid: four vector observations -> a Dict space (or one flat Box), found by matching spaces."""
+    from unity_sb3.spaces import BehaviorSpaces
+
+    demo = load_demo(demo_dir / "ExpertPyramid.demo")
+    target = BehaviorSpaces(demo.behavior_spec, flatten=flatten)
+    env = fixed_env(target.observation_space, target.action_space)
+    policy = "MlpPolicy" if flatten else "MultiInputPolicy"
+    model = PPO(policy, env, n_steps=8, batch_size=8, seed=0, device="cpu")
+    data = bc_data(model, demo)
+    if flatten:
+        assert data.observations.shape == (1741, 172)
+    else:
+        assert sorted(data.observations) == ["obs_0", "obs_1", "obs_2", "obs_3"]
+    assert data.n_trajectories == 10 and int(data.end_terminal.sum()) == 9
+    history = pretrain_bc(model, data, epochs=3, seed=0)
+    assert history["loss"][-1] < history["loss"][0]
+
+
+def test_critic_warmup_of_a_multi_head_ppo_fits_the_extrinsic_head(ball_demo: str) -> None:
+    env = ball3d_env()
+    signals = {"curiosity": {"strength": 0.01}, "extrinsic": {"gamma": 0.9}}
+    model = PPO("MlpPolicy", env, n_steps=32, batch_size=64, device="cpu", reward_signals=signals)
+    weights = model.policy.value_net.weight.detach().clone()
+    history = pretrain_bc(model, ball_demo, epochs=2, critic_warmup=True, seed=0)
+    changed = (model.policy.value_net.weight.detach() != weights).any(dim=1)
+    assert changed.tolist() == [False, True]  # only the extrinsic head's row (second in config order)
+    assert history["value_loss"][-1] < history["value_loss"][0]
+    curious = PPO("MlpPolicy", env, n_steps=32, batch_size=64, device="cpu", reward_signals={"curiosity": {}})
+    with pytest.raises(ValueError, match="no 'extrinsic' head"):
+        pretrain_bc(curious, ball_demo, epochs=1, critic_warmup=True)
+    env.close()
+
+
 def test_wrong_demo_for_the_model_says_what_differs(demo_dir) -> None:
     env = ball3d_env()
     model = PPO("MlpPolicy", env, seed=0, device="cpu")
@@ -345,6 +380,49 @@ def test_demo_conversion_matches_the_vec_env(ball_demo: str) -> None:
     np.testing.assert_array_equal(data.observations, t.obs)
     np.testing.assert_array_equal(data.actions, t.acts)
     assert data.n_trajectories == 12 and not data.end_terminal.any()  # every expert episode hit max_steps
+    env.close()
+
+
+def test_vec_normalize_statistics_apply_to_demo_batches(ball_demo: str) -> None:
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    env = VecNormalize(ball3d_env())
+    env.obs_rms.mean[:] = 1.0
+    env.obs_rms.var[:] = 4.0
+    model = PPO("MlpPolicy", env, device="cpu")
+    data = bc_data(model, ball_demo)
+    batch = Sampler(make_adapter(model), data, 8, 1).make(np.arange(8))
+    expected = np.clip((data.observations[:8] - 1.0) / np.sqrt(4.0 + env.epsilon), -10, 10)
+    np.testing.assert_allclose(batch.obs.numpy(), expected, rtol=1e-5)
+    env.close()
+
+
+def test_loaded_model_without_its_demo_file_warns_then_fails_only_when_training(
+    ball_demo: str, tmp_path
+) -> None:
+    import shutil
+
+    demo = tmp_path / "moved.demo"
+    shutil.copy(ball_demo, demo)
+    env = ball3d_env()
+    bc = {"demo_path": str(demo), "steps": 100_000}
+    model = PPO("MlpPolicy", env, n_steps=32, batch_size=128, n_epochs=1, device="cpu", behavioral_cloning=bc)
+    model.learn(384)
+    model.save(tmp_path / "model.zip")
+    demo.unlink()
+    with pytest.warns(UserWarning, match="does not exist"):
+        loaded = PPO.load(tmp_path / "model.zip", env=env, device="cpu")
+    loaded.predict(env.reset(), deterministic=True)
+    with pytest.raises(FileNotFoundError, match=r"moved\.demo"):
+        loaded.learn(384, reset_num_timesteps=False)
+    moved = PPO.load(
+        tmp_path / "model.zip",
+        env=env,
+        device="cpu",
+        custom_objects={"behavioral_cloning": {**bc, "demo_path": ball_demo}},
+    )
+    moved.learn(384, reset_num_timesteps=False)
+    assert moved._bc.n_updates == 2  # one before saving, one now
     env.close()
 
 

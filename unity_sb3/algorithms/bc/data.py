@@ -9,8 +9,8 @@ conversion ``UnityVecEnv`` applies to live observations. When the model's enviro
 ``UnityVecEnv`` its own ``BehaviorSpaces`` is used (after :func:`check_demo_spec` against its
 ``BehaviorSpec``); otherwise the ``BehaviorSpaces`` options (visual format, flattening, hybrid
 layout) whose spaces equal the model's are found, and a demo that fits none of them is refused
-with both sets of spaces in the message. When the model trains behind ``VecNormalize``, the
-demo observations are normalised with its current statistics.
+with both sets of spaces in the message. Observations stay raw here: when the model trains
+behind ``VecNormalize``, each minibatch is normalised with its statistics at that moment.
 """
 
 from __future__ import annotations
@@ -227,11 +227,6 @@ def bc_data(model: Any, demos: DemoSource) -> BCData:
         )
     if len(data) == 0:
         raise ValueError("the demonstration holds no transitions (an agent step followed by another)")
-    normalizer = model.get_vec_normalize_env() if hasattr(model, "get_vec_normalize_env") else None
-    if normalizer is not None and data is not demos:
-        data.observations = normalizer.normalize_obs(data.observations)
-        if data.end_observations is not None:
-            data.end_observations = normalizer.normalize_obs(data.end_observations)
     return data
 
 

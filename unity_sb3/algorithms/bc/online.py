@@ -20,10 +20,11 @@ Settings (ML-Agents' ``BehavioralCloningSettings`` names and defaults, plus two 
   and one minibatch for SAC (whose update runs after every gradient step);
 - ``loss`` (ours, ``"auto"``): see :mod:`unity_sb3.algorithms.bc.adapters`.
 
-The optimizer state is saved and loaded with the model. The demo data is not: a model loaded
-with a still-running annealing schedule reads ``demo_path`` again at its next update. To load a
-model where the demo file is not available, pass ``custom_objects={"behavioral_cloning": None}``
-to ``load`` (then no BC term is applied).
+The settings and the optimizer state are saved and loaded with the model; the demo data is
+not. A loaded model reads ``demo_path`` again (a missing file only warns at load time, and is
+an error at the next BC update while the strength is above 0). To point a loaded model at the
+demo's new location, pass ``custom_objects={"behavioral_cloning": {..., "demo_path": new}}`` to
+``load``.
 """
 
 from __future__ import annotations

@@ -41,6 +41,7 @@ def pretrain_bc(
     :mod:`unity_sb3.algorithms.bc.adapters`). A fresh Adam optimizer trains only the
     parameters the loss reaches; the model's own optimizer is untouched.
 
+    Behind ``VecNormalize``, demo observations are normalised with its statistics (not updated).
     Recurrent policies train on sequences of ``sequence_length`` steps cut from each
     trajectory, each started from a zero LSTM state (as ML-Agents' BC does).
 
@@ -233,6 +234,12 @@ class Sampler:
         self.tails: th.Tensor | None = None
         self.end_values = th.zeros(data.n_trajectories, device=adapter.device)
         self.trajectory = th.as_tensor(data.trajectory, device=adapter.device)
+        model = adapter.model
+        self.normalizer = model.get_vec_normalize_env() if hasattr(model, "get_vec_normalize_env") else None
+
+    def observations(self, obs: Any) -> Any:
+        """Raw demo observations as the policy sees them (``VecNormalize`` statistics of now)."""
+        return obs if self.normalizer is None else self.normalizer.normalize_obs(obs)
 
     def units(self, indices: np.ndarray) -> np.ndarray:
         """Transitions (``(n,)``), or padded sequences (``(n_seq, L)``, -1 = padding) for recurrent policies."""
@@ -277,7 +284,7 @@ class Sampler:
             starts[:, 0] = 1.0
             starts = starts.reshape(-1)
         return self.adapter.batch(
-            take(self.data.observations, safe),
+            self.observations(take(self.data.observations, safe)),
             self.targets[safe],
             masks=masks,
             valid=valid.astype(np.float32),
@@ -298,7 +305,9 @@ class Sampler:
                 end_obs = take(data.observations, last[open_ends])
             for start in range(0, len(open_ends), 4096):
                 chunk = take(end_obs, slice(start, start + 4096))
-                values[open_ends[start : start + 4096]] = self.adapter.end_values(chunk).reshape(-1)
+                values[open_ends[start : start + 4096]] = self.adapter.end_values(
+                    self.observations(chunk)
+                ).reshape(-1)
         self.end_values = values
 
     def value_loss(self, batch: Batch, rows: np.ndarray) -> th.Tensor:
