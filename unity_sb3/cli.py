@@ -61,13 +61,21 @@ def _add_demo_info(sub: argparse._SubParsersAction) -> None:
     p.add_argument("path", nargs="+")
 
 
+def _add_export(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("export", help="write a saved model as an ONNX file for Unity's inference engine")
+    p.add_argument("model", help="path to a saved model .zip (or a run folder)")
+    p.add_argument("--algo", default=None, help="algorithm (default: the one the run used)")
+    p.add_argument("--output", default=None, help="ONNX file to write (default: the model path with .onnx)")
+    p.add_argument("--env", default=None, help="embedded scene whose behavior spec to export for")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="unity-sb3",
         description="Train Unity ML-Agents scenes with Stable-Baselines3.",
     )
     sub = parser.add_subparsers(dest="command")
-    for add in (_add_train, _add_eval, _add_scenes, _add_demo_info):
+    for add in (_add_train, _add_eval, _add_scenes, _add_demo_info, _add_export):
         add(sub)
     return parser
 
@@ -99,6 +107,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         for path in args.path:
             print(describe_demo(path))
         return 0
+    if args.command == "export":
+        from unity_sb3.export import export_from_args
+
+        return export_from_args(args)
     build_parser().print_help()
     return 2
 
