@@ -444,6 +444,8 @@ def write_launcher(
         f"# Stand-in Unity player for scene {scene!r}, written by unity_sb3.unity.player.write_launcher.\n"
         f"PYTHONPATH={shlex.quote(package_root)}${{PYTHONPATH:+:$PYTHONPATH}}\n"
         "export PYTHONPATH\n"
+        "GRPC_VERBOSITY=${GRPC_VERBOSITY:-ERROR}  # no gRPC info lines (e.g. GOAWAY on close) on stderr\n"
+        "export GRPC_VERBOSITY\n"
         f'exec {" ".join(shlex.quote(a) for a in args)} "$@"\n'
     )
     script.write_text(text)
