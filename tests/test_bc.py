@@ -207,6 +207,25 @@ def test_maskable_ppo_uses_the_demo_masks() -> None:
     assert unmasked["loss"][0] > 0.5
 
 
+def test_gridworld_visual_demo_with_masks_for_maskable_ppo(tmp_path) -> None:
+    """GridWorld: a uint8 channel-first image plus a goal signal (Dict space), action masks."""
+    sb3_contrib = pytest.importorskip("sb3_contrib")
+    scene = make_scene("GridWorld", seed=0, image_size=36)  # NatureCNN needs at least 36 pixels
+    name = next(iter(scene.behavior_specs))
+    path = tmp_path / "grid.demo"
+    record_demo(scene, name, lambda s: scene.expert_actions(name, s), path, n_episodes=20)
+    env = UnityVecEnv(make_scene("GridWorld", seed=1, image_size=36))
+    model = sb3_contrib.MaskablePPO("MultiInputPolicy", env, n_steps=16, batch_size=64, seed=0, device="cpu")
+    data = bc_data(model, path)
+    image = data.observations["CameraSensor"]
+    assert image.dtype == np.uint8 and image.shape[1:] == (3, 36, 36)
+    assert data.action_masks is not None and not data.action_masks.all()  # some actions were masked
+    assert data.action_masks[np.arange(len(data)), data.actions].all()  # the expert only took allowed ones
+    history = pretrain_bc(model, data, epochs=2, batch_size=32, seed=0)
+    assert np.isfinite(history["loss"]).all()
+    env.close()
+
+
 def test_recurrent_ppo_trains_on_sequences(ball_demo: str) -> None:
     sb3_contrib = pytest.importorskip("sb3_contrib")
     env = ball3d_env()
