@@ -645,3 +645,159 @@ def test_works_under_vec_transpose_image_with_channel_last_images():
     a, *_ = transposed.step(slot_actions(hwc, 0))
     b, *_ = chw.step(slot_actions(chw, 0))
     np.testing.assert_array_equal(a["camera"], b["camera"])
+
+
+# ---------------------------------------------------------------------- learning through UnityVecEnv
+def _mean_step_reward(venv: UnityVecEnv, policy, steps: int) -> float:
+    obs = venv.reset()
+    total = 0.0
+    for _ in range(steps):
+        obs, reward, _, _ = venv.step(policy(obs))
+        total += float(reward.mean())
+    return total / steps
+
+
+def _random_policy(venv: UnityVecEnv, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    return lambda obs: rng.uniform(-1, 1, (venv.num_envs, *venv.action_space.shape)).astype(np.float32)
+
+
+def test_ppo_learns_ball3d():
+    from stable_baselines3 import PPO
+
+    from unity_sb3.envs import make_scene
+
+    venv = UnityVecEnv(make_scene("Ball3D", seed=0))
+    assert venv.num_envs == 12
+    random_reward = _mean_step_reward(venv, _random_policy(venv), 200)
+    model = PPO("MlpPolicy", VecMonitor(venv), n_steps=256, batch_size=512, n_epochs=5, seed=0)
+    model.learn(12 * 256 * 5)
+    trained = _mean_step_reward(venv, lambda obs: model.predict(obs, deterministic=True)[0], 200)
+    # +0.1 per step while the ball stays up, -1 when it falls: random drops it every few decisions
+    assert trained > random_reward + 0.02, (trained, random_reward)
+    venv.close()
+
+
+@pytest.mark.slow
+def test_ppo_solves_ball3d():
+    from stable_baselines3 import PPO
+
+    from unity_sb3.envs import make_scene
+
+    venv = UnityVecEnv(make_scene("Ball3D", seed=1))
+    model = PPO("MlpPolicy", VecMonitor(venv), n_steps=256, batch_size=512, n_epochs=5, seed=1)
+    model.learn(12 * 256 * 20)
+    obs = venv.reset()
+    falls = 0
+    for _ in range(1000):
+        obs, _, done, infos = venv.step(model.predict(obs, deterministic=True)[0])
+        falls += sum(1 for d, info in zip(done, infos) if d and not info["TimeLimit.truncated"])
+    assert falls == 0  # 12 balls balanced for 1000 decisions each
+
+
+@pytest.mark.slow
+def test_sac_learns_ball3d():
+    from stable_baselines3 import SAC
+
+    from unity_sb3.envs import make_scene
+
+    venv = UnityVecEnv(make_scene("Ball3D", seed=0))
+    random_reward = _mean_step_reward(venv, _random_policy(venv), 200)
+    model = SAC(
+        "MlpPolicy",
+        venv,
+        learning_starts=1000,
+        batch_size=256,
+        gradient_steps=2,
+        buffer_size=100_000,
+        seed=0,
+        policy_kwargs={"net_arch": [64, 64]},
+    )
+    model.learn(40_000)
+    trained = _mean_step_reward(venv, lambda obs: model.predict(obs, deterministic=True)[0], 200)
+    assert trained > random_reward + 0.02, (trained, random_reward)
+
+
+def _gridworld(**params) -> UnityVecEnv:
+    from unity_sb3.envs import make_scene
+
+    # 36 px: the smallest image SB3's NatureCNN accepts
+    return UnityVecEnv(make_scene("GridWorld", seed=0, image_size=36, **params))
+
+
+def test_maskable_ppo_trains_on_gridworld_and_never_sends_a_masked_action():
+    from sb3_contrib import MaskablePPO
+
+    venv = _gridworld()
+    scene = venv.unity_envs[0]
+    behavior = venv.behavior_name
+    original = scene.set_actions
+    checked = []
+
+    def set_actions(name, action):
+        if name == behavior:
+            dec, _ = scene.get_steps(name)
+            allowed = venv.spaces.action_masks(dec.action_mask, len(dec))
+            chosen = action.discrete[:, 0]
+            assert allowed[np.arange(len(dec)), chosen].all(), "a masked action reached Unity"
+            checked.append(int((~allowed).sum()))
+        original(name, action)
+
+    scene.set_actions = set_actions
+    model = MaskablePPO("MultiInputPolicy", venv, n_steps=32, batch_size=144, n_epochs=1, seed=0)
+    model.learn(9 * 32 * 2)
+    assert len(checked) >= 64 and sum(checked) > 0  # masks were in force and always respected
+
+
+@pytest.mark.slow
+def test_maskable_ppo_learns_gridworld():
+    from sb3_contrib import MaskablePPO
+
+    venv = _gridworld(grid_size=3)
+    rng = np.random.default_rng(0)
+
+    def random_allowed(obs):
+        return np.array([rng.choice(np.flatnonzero(row)) for row in venv.action_masks()])
+
+    random_reward = _mean_step_reward(venv, random_allowed, 300)
+    model = MaskablePPO(
+        "MultiInputPolicy",
+        VecMonitor(venv),
+        n_steps=128,
+        batch_size=288,
+        n_epochs=4,
+        learning_rate=1e-3,
+        ent_coef=0.01,
+        seed=0,
+        policy_kwargs={"net_arch": [64]},
+    )
+    model.learn(120_000)
+    trained = _mean_step_reward(
+        venv, lambda obs: model.predict(obs, deterministic=True, action_masks=venv.action_masks())[0], 300
+    )
+    assert trained > random_reward + 0.02, (trained, random_reward)
+
+
+def test_recurrent_ppo_runs_with_slots_bound_to_agents():
+    from sb3_contrib import RecurrentPPO
+
+    from unity_sb3.envs import make_scene
+
+    venv = UnityVecEnv(make_scene("Ball3D", seed=0, num_agents=4))
+    bindings: list[list[int | None]] = []
+
+    class Track(VecMonitor):
+        def step_wait(self):
+            before = venv.slot_agent_ids()
+            result = super().step_wait()
+            after = venv.slot_agent_ids()
+            # a slot changes agent only when its episode ended (so LSTM states do not mix agents)
+            for i, done in enumerate(result[2]):
+                if not done:
+                    assert before[i] == after[i]
+            bindings.append(after)
+            return result
+
+    model = RecurrentPPO("MlpLstmPolicy", Track(venv), n_steps=32, batch_size=64, n_epochs=1, seed=0)
+    model.learn(4 * 32 * 3)
+    assert model.num_timesteps >= 4 * 32 * 3 and len(bindings) >= 96
