@@ -443,6 +443,28 @@ def test_write_launcher(tmp_path):
         write_launcher("Ball3D", tmp_path / "my.application")
 
 
+def test_write_launcher_where_mlagents_looks_on_macos(tmp_path, monkeypatch):
+    from mlagents_envs import env_utils
+
+    monkeypatch.setattr(sys, "platform", "darwin")
+    monkeypatch.setattr(env_utils, "get_platform", lambda: "darwin")
+    path = write_launcher("Ball3D", tmp_path)
+    assert path == tmp_path / "Ball3D.app"
+    assert env_utils.validate_environment_path(str(path)) == str(path / "Contents" / "MacOS" / "Ball3D")
+    monkeypatch.setattr(sys, "platform", "win32")
+    with pytest.raises(UnityConfigurationError, match="Windows"):
+        write_launcher("Ball3D", tmp_path)
+
+
+def test_write_launcher_is_found_by_mlagents_on_linux(tmp_path, monkeypatch):
+    from mlagents_envs import env_utils
+
+    monkeypatch.setattr(env_utils, "get_platform", lambda: "linux")
+    path = write_launcher("Ball3D", tmp_path)
+    assert env_utils.validate_environment_path(str(path)) == str(path)
+    assert env_utils.validate_environment_path(str(tmp_path / "Ball3D")) == str(path)
+
+
 def test_main_reports_bad_input(tmp_path):
     log = tmp_path / "p.log"
     assert main([TEST_SCENE, "--mlagents-port", "1", "--param", "oops", "-logFile", str(log)]) == EXIT_USAGE
@@ -484,6 +506,8 @@ def test_player_failure_names_process_and_exit_code():
 @pytest.mark.player
 def test_protocol_scene_through_the_player_matches_in_process(tmp_path):
     env, log = open_player(tmp_path, TEST_SCENE, seed=11)
+    # the launcher exec's the player: the process UnityEnvironment holds is the player itself
+    assert b"unity_sb3.unity.player" in Path(f"/proc/{env._process.pid}/cmdline").read_bytes()
     try:
         compare_runs(env, make_protocol_test_scene(seed=11), steps=200, seed=0, visual_atol=0.0)
     finally:
