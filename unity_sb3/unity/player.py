@@ -35,6 +35,12 @@ client, Python the server, each ``Exchange`` reply is Python's next input):
    when its ``Exchange`` fails). See :mod:`unity_sb3.unity.player_codec` for how
    observations, masks and actions are encoded (visual observations are 8-bit PNG).
 
+Differences from a Unity build: a build sends its ``brain_parameters`` with the first output
+after the reset, so ``UnityEnvironment.behavior_specs`` is empty until ``reset()``; the player
+sends them in the handshake already (``mlagents_envs`` accepts both; code that must also run
+against builds should call ``reset()`` before reading specs). ``num_areas`` is ignored. Without
+``--timeout`` the player waits for Python forever, as a build does.
+
 Exit codes: 0 closed by Python or Python went away; 1 the scene raised (traceback in the log);
 2 bad command line; 3 could not reach Python, or no answer within ``--timeout`` seconds.
 """
