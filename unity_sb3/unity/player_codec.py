@@ -169,7 +169,7 @@ def channel_mapping(channels: int) -> list[int]:
     ``[0, -1, -1]`` rather than Unity's grayscale ``[0, 0, 0]`` so that ``mlagents_envs``
     averages a single value and returns it bit-exact.
 
-    :param channels: number of channels of the observation (last dimension of its shape).
+    :param channels: number of channels of the observation.
     """
     if channels == 3:
         return []
