@@ -801,3 +801,67 @@ def test_recurrent_ppo_runs_with_slots_bound_to_agents():
     model = RecurrentPPO("MlpLstmPolicy", Track(venv), n_steps=32, batch_size=64, n_epochs=1, seed=0)
     model.learn(4 * 32 * 3)
     assert model.num_timesteps >= 4 * 32 * 3 and len(bindings) >= 96
+
+
+# ---------------------------------------------------------------------- through the stand-in player (gRPC)
+def _free_base_port(span: int = 4) -> int:
+    import socket
+
+    for _ in range(50):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        if port + span < 65000:
+            return port
+    raise RuntimeError("no free port")
+
+
+@pytest.mark.player
+def test_two_players_in_parallel_and_a_killed_one_is_restarted(tmp_path):
+    kwargs = {
+        "transport": "player",
+        "base_port": _free_base_port(),
+        "find_free_port": True,
+        "timeout_wait": 30,
+        "num_agents": 3,
+        "log_folder": str(tmp_path),
+    }
+    venv = UnityVecEnv(["Ball3D", "Ball3D"], open_kwargs=kwargs, restart_on_crash=True, restart_backoff=0.0)
+    try:
+        assert venv.num_envs == 6 and venv.worker_ids == [0, 0, 0, 1, 1, 1]
+        assert venv.get_attr("unity_sb3_channels")[0] is venv.unity_envs[0].unity_sb3_channels
+        venv.reset()
+        for step in range(5):
+            _, _reward, _, infos = venv.step(slot_actions(venv, step))
+            assert all(info["active"] for info in infos)
+        victim = venv.unity_envs[1]
+        victim.process.kill()
+        victim.process.wait(timeout=30)
+        with pytest.warns(UserWarning, match="worker 1 crashed"):
+            _, _, done, infos = venv.step(slot_actions(venv, 5))
+        assert done[3:].all() and all(info.get("restarted") for info in infos[3:])
+        assert venv.unity_envs[1] is not victim
+        venv.step(slot_actions(venv, 6))
+    finally:
+        venv.close()
+    assert all(env.process is None or env.process.poll() is not None for env in venv.unity_envs)
+
+
+@pytest.mark.player
+def test_killed_player_is_reported_by_worker_id(tmp_path):
+    kwargs = {
+        "transport": "player",
+        "base_port": _free_base_port(),
+        "find_free_port": True,
+        "timeout_wait": 30,
+    }
+    venv = UnityVecEnv("Ball3D", open_kwargs={**kwargs, "num_agents": 2, "log_folder": str(tmp_path)})
+    try:
+        venv.reset()
+        venv.unity_envs[0].process.kill()
+        venv.unity_envs[0].process.wait(timeout=30)
+        with pytest.raises(UnityProcessError, match="Unity worker 0") as info:
+            venv.step(slot_actions(venv, 0))
+        assert info.value.worker_id == 0
+    finally:
+        venv.close()
