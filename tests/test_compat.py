@@ -258,3 +258,41 @@ def test_rebuilt_modules_point_at_installed_files() -> None:
 
     assert Path(agent_info_pb2.__file__).name == "agent_info_pb2.py"
     assert agent_info_pb2.AgentInfoProto.DESCRIPTOR.file.name.endswith("agent_info.proto")
+
+
+def test_mlagents_loggers_do_not_stack_handlers() -> None:
+    from mlagents_envs import logging_util
+    from mlagents_envs.side_channel import side_channel_manager
+
+    first = logging_util.get_logger("mlagents_envs.unity_sb3_probe")
+    count = len(first.handlers)
+    for _ in range(5):
+        assert logging_util.get_logger("mlagents_envs.unity_sb3_probe") is first
+    assert len(first.handlers) == count
+    assert side_channel_manager.get_logger is logging_util.get_logger
+
+
+def test_unknown_side_channel_warning_printed_once_per_message(capsys) -> None:
+    import struct
+    import uuid
+
+    from mlagents_envs.side_channel.side_channel_manager import SideChannelManager
+
+    manager = SideChannelManager([])
+    unknown = uuid.UUID("12345678-1234-5678-1234-567812345678")
+    blob = unknown.bytes_le + struct.pack("<i", 1) + b"x"
+    for _ in range(3):
+        manager.process_side_channel_message(blob)
+    lines = [line for line in capsys.readouterr().out.splitlines() if "12345678" in line]
+    assert len(lines) == 3, lines
+
+
+def test_channel_axis() -> None:
+    from unity_sb3.unity.compat import channel_axis
+
+    assert channel_axis((3, 84, 84), (1, 2, 2)) == 0
+    assert channel_axis((84, 84, 3), (2, 2, 1)) == 2
+    assert channel_axis((84, 84, 3)) == 2
+    assert channel_axis((1, 84, 84)) == 0
+    with pytest.raises(ValueError, match="3 dimensions"):
+        channel_axis((84, 84))

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import logging
 import sys
 import threading
 import types
@@ -193,6 +194,33 @@ def patch_visual_decoding() -> None:
     rpc_utils._unity_sb3_patched = True
 
 
+def patch_logger_handlers() -> None:
+    """Stop ``mlagents_envs.logging_util.get_logger`` from stacking handlers.
+
+    It adds a new stdout handler on *every* call, and ``SideChannelManager`` calls it for each
+    message of an unregistered side channel, so each warning was printed once more than the
+    last (hundreds of thousands of lines in a long run). A logger it already set up is now
+    returned as it is.
+    """
+    from mlagents_envs import logging_util
+
+    if getattr(logging_util, "_unity_sb3_patched", False):
+        return
+    original = logging_util.get_logger
+
+    def get_logger(name: str) -> logging.Logger:
+        logger = logging.getLogger(name)
+        if logger in logging_util._loggers:
+            return logger
+        return original(name)
+
+    logging_util.get_logger = get_logger
+    logging_util._unity_sb3_patched = True
+    for module_name, module in list(sys.modules.items()):
+        if module_name.startswith("mlagents_envs.") and getattr(module, "get_logger", None) is original:
+            module.get_logger = get_logger
+
+
 def install() -> None:
     """Make ``mlagents_envs.communicator_objects.*_pb2`` importable. Idempotent and thread-safe."""
     global _installed
@@ -214,6 +242,7 @@ def install() -> None:
                 sys.modules[full_name] = built
                 setattr(sys.modules[PACKAGE], module, built)
         patch_visual_decoding()
+        patch_logger_handlers()
         _installed = True
 
 
