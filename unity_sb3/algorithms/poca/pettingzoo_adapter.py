@@ -6,7 +6,8 @@ that terminates or truncates ends its slot's episode (``done=True``, ``terminal_
 ``infos[i]["active"] = False``, its action dropped) until the whole PettingZoo episode ends,
 when the env is reset and every slot gets an agent of the new episode. Agents that appear
 mid-episode take a free slot. ``infos[i]`` carries ``group_id`` (from ``group_fn``; 0 = no
-group), ``group_reward`` (always 0: PettingZoo has no group reward), ``active`` and ``agent``.
+group), ``group_reward`` (the env's ``infos[agent]["group_reward"]``, as ``UnityParallelEnv`` reports it;
+0 when absent: plain PettingZoo has no group reward), ``active`` and ``agent``.
 Observations in PettingZoo's ``{"observation", "action_mask"}`` form are unpacked: the slot
 observation is ``"observation"`` and the masks are served by ``action_masks()`` /
 ``env_method("action_masks")`` (True = allowed), as sb3-contrib expects.
@@ -165,6 +166,7 @@ class PettingZooVecEnv(VecEnv):
             terminated = bool(terminations.get(agent, False))
             truncated = bool(truncations.get(agent, False))
             info = {**env_infos.get(agent, {}), **self._info(slot)}
+            info["group_reward"] = float(env_infos.get(agent, {}).get("group_reward", 0.0))
             if terminated or truncated or agent not in observations:
                 dones[slot] = True
                 info["TimeLimit.truncated"] = truncated and not terminated
