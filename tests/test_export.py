@@ -283,8 +283,11 @@ def test_visual_cnn_policy(tmp_path, layout, visual):
     assert_same_actions(model, path, spec, obs=obs)
 
 
-def test_uint8_rounding_matches_the_wrapper(tmp_path):
-    # Unity images hold k/255: the graph must land on the very same uint8 values as the wrapper
+@pytest.mark.parametrize("pixels", ["k/255", "any float"])
+def test_uint8_rounding_matches_the_wrapper(tmp_path, pixels):
+    # the graph must land on the very same uint8 values as the wrapper: exactly for Unity's
+    # k/255 pixels, and after rounding for arbitrary floats (unscaled continuous head: no clipping
+    # hides a difference)
     spec = BehaviorSpec([visual_chw()], ActionSpec(2, ()))
     model = make_model(
         PPO,
@@ -292,10 +295,26 @@ def test_uint8_rounding_matches_the_wrapper(tmp_path):
         "CnnPolicy",
         policy_kwargs=dict(net_arch=[16], features_extractor_kwargs=dict(features_dim=32)),
     )
-    scale_head(model, 200.0)
+    scale_head(model, 20.0)
     rng = np.random.default_rng(3)
-    obs = [(rng.integers(0, 256, (32, 3, 36, 36)) / 255.0).astype(np.float32)]
-    assert_same_actions(model, export(model, tmp_path, spec), spec, obs=obs)
+    if pixels == "k/255":
+        obs = [(rng.integers(0, 256, (32, 3, 36, 36)) / 255.0).astype(np.float32)]
+    else:
+        obs = [rng.random((32, 3, 36, 36), dtype=np.float32)]
+    got, _ = assert_same_actions(model, export(model, tmp_path, spec), spec, obs=obs)
+    assert np.all(np.abs(got["continuous_actions"]) < 1.0)
+
+
+def test_channels_last_policy_space(tmp_path):
+    # a policy that reads (H, W, C) floats (MlpPolicy on visual="float_hwc"); H != W so a wrong
+    # transpose cannot pass unnoticed
+    spec = BehaviorSpec([visual_hwc(5, 7, 2)], ActionSpec(2, ()))
+    model = make_model(PPO, spec, visual="float_hwc")
+    assert model.observation_space.shape == (5, 7, 2)
+    scale_head(model, 20.0)
+    path = export(model, tmp_path, spec)
+    assert inspect_onnx(path).inputs["obs_0"] == ("batch", 2, 5, 7)
+    assert_same_actions(model, path, spec)
 
 
 def test_dict_observations_follow_sensor_order_not_key_order(tmp_path):
