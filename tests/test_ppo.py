@@ -359,7 +359,7 @@ def test_bc_without_the_bc_module_is_a_clear_not_implemented(monkeypatch):
 class Chain(gym.Env):
     """A sparse-reward corridor: start at 0, reward 1 only at the far end; -0.001 per step."""
 
-    def __init__(self, length: int = 14, max_steps: int = 40) -> None:
+    def __init__(self, length: int = 30, max_steps: int = 60) -> None:
         self.length, self.max_steps = length, max_steps
         self.observation_space = spaces.Box(0, 1, (length + 1,), np.float32)
         self.action_space = spaces.Discrete(2)
@@ -399,7 +399,7 @@ def _success_rate(model, episodes: int = 20) -> float:
 @pytest.mark.slow
 def test_curiosity_solves_a_sparse_chain_that_plain_ppo_does_not():
     kwargs = {"n_steps": 256, "batch_size": 64, "n_epochs": 4, "seed": 0, "ent_coef": 0.0}
-    plain = PPO("MlpPolicy", make_vec_env(Chain, n_envs=4, seed=0), **kwargs).learn(20_000)
+    plain = PPO("MlpPolicy", make_vec_env(Chain, n_envs=4, seed=0), **kwargs).learn(30_000)
     curious = PPO(
         "MlpPolicy",
         make_vec_env(Chain, n_envs=4, seed=0),
@@ -408,9 +408,9 @@ def test_curiosity_solves_a_sparse_chain_that_plain_ppo_does_not():
             "extrinsic": {},
             "curiosity": {"strength": 0.05, "network_settings": {"hidden_units": 32}},
         },
-    ).learn(20_000)
+    ).learn(30_000)
     assert _success_rate(curious) >= 0.5
-    assert _success_rate(plain) <= 0.2
+    assert _success_rate(plain) <= 0.1
 
 
 def _cartpole_expert(obs: np.ndarray) -> int:
