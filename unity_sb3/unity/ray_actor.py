@@ -53,7 +53,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "Running Unity instances in Ray actors needs Ray: pip install 'unity_sb3[ray]' (or 'ray>=2.9')"
     ) from exc
 
-__all__ = ["RayActorSource", "RayUnityEnv", "UnityActor"]
+__all__ = ["RayActorSource", "RayUnityEnv", "UnityActor", "collect_steps"]
 
 ActorSource = str | Callable[[], BaseEnv]
 #: behavior -> (continuous, discrete) actions for the agents of its last DecisionSteps
@@ -193,6 +193,7 @@ class RayUnityEnv(BaseEnv):
         self._steps: dict[str, tuple[DecisionSteps, TerminalSteps]] = {}
         self._actions: PackedActions = {}
         self._pending: Any = None
+        self._ready: Any = None  # the pending step's answer, when :func:`collect_steps` fetched it
         #: set when the actor died, hung or its Unity crashed: ``close`` then leaves the actor alone
         self.crashed = False
         self.closed = False
@@ -204,13 +205,18 @@ class RayUnityEnv(BaseEnv):
 
     def reset(self) -> None:
         self._check_open()
-        self._pending = None  # actor calls run in order: the reset follows any step in flight
+        self._pending = self._ready = None  # actor calls run in order: the reset follows any step in flight
         self._actions = {}
         self._receive(self._get(self.actor.reset.remote()))
 
     def step(self) -> None:
         """Send the buffered actions and step: one round trip (or collect :meth:`submit_step`'s)."""
         self._check_open()
+        if self._ready is not None:
+            ready, self._ready = self._ready, None
+            self._pending = None
+            self._receive(ready)
+            return
         if self._pending is None:
             self.submit_step()
         ref, self._pending = self._pending, None
@@ -274,7 +280,7 @@ class RayUnityEnv(BaseEnv):
         if self.closed:
             return
         self.closed = True
-        self._pending = None
+        self._pending = self._ready = None
         if not self.crashed:
             with contextlib.suppress(Exception):
                 ray.get(self.actor.close.remote(), timeout=self.call_timeout)
@@ -332,6 +338,24 @@ class RayUnityEnv(BaseEnv):
     def _check_open(self) -> None:
         if self.closed:
             raise UnityProcessError(self.worker_id, detail="this Ray Unity env is closed")
+
+
+def collect_steps(envs: list[RayUnityEnv], timeout: float | None) -> None:
+    """Fetch the answers of every env's submitted step in one ``ray.get``.
+
+    Each env's next ``step()`` then only unpacks its answer. When any of them failed (or the
+    wait timed out) nothing is fetched, and each env's ``step()`` waits for its own answer and
+    reports its own error.
+    """
+    pending = [env for env in envs if env._pending is not None and env._ready is None]
+    if not pending:
+        return
+    try:
+        answers = ray.get([env._pending for env in pending], timeout=timeout)
+    except Exception:
+        return
+    for env, answer in zip(pending, answers):
+        env._ready = answer
 
 
 class RayActorSource:

@@ -67,7 +67,7 @@ from stable_baselines3.common.vec_env.base_vec_env import VecEnvStepReturn
 
 from unity_sb3.spaces import HybridMode, VisualMode
 from unity_sb3.unity.errors import UnityConfigurationError
-from unity_sb3.unity.ray_actor import RayActorSource, RayUnityEnv
+from unity_sb3.unity.ray_actor import RayActorSource, RayUnityEnv, collect_steps
 from unity_sb3.wrappers.vec_env import OtherBehaviors, UnityVecEnv, _slice_actions
 
 from mlagents_envs.base_env import BaseEnv  # isort: skip
@@ -153,6 +153,7 @@ class RayUnityVecEnv(UnityVecEnv):
             for i, source in enumerate(sources)
         ]
         self._killed = False
+        self._call_timeout = call_timeout
         try:
             super().__init__(
                 list(self._sources),
@@ -188,6 +189,7 @@ class RayUnityVecEnv(UnityVecEnv):
             raise
         for inst in instances:
             inst.env.submit_step()
+        collect_steps([inst.env for inst in instances], self._call_timeout)
         self._presubmitted = True
         try:
             return super().step_wait()
