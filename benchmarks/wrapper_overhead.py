@@ -5,8 +5,9 @@ For Ball3D with 12, 64 and 256 agents, a random-action loop runs on the raw ``Ba
 alternating in short rounds so machine load hits both alike; the ratio is the median of the
 per-round ratios. Both are counted in Unity steps per second (``BaseEnv.step`` calls: the
 wrapper also steps Unity between decisions), so the ratio wrapped/raw is the fraction of the
-raw speed the wrapper keeps. In-process loops are timed in CPU time of this process (robust
-on a shared machine); player loops in wall time (the work is split across two processes).
+raw speed the wrapper keeps. Loops are timed in CPU seconds, robust on a shared machine: of
+this process in-process, of this process plus the player process through the player (the
+protocol's waiting is the same in both loops; wall-clock rates are reported too).
 Two transports:
 
 - ``inprocess``: the embedded scene as a Python object (the wrapper's cost is most visible);
@@ -62,12 +63,27 @@ class StepCounter:
         env.step = step  # type: ignore[method-assign]
 
 
+def player_cpu_clock(pid: int):
+    """CPU seconds of this process plus those of process ``pid`` (Linux ``/proc``)."""
+    import os
+
+    ticks = os.sysconf("SC_CLK_TCK")
+    stat_path = f"/proc/{pid}/stat"
+
+    def clock() -> float:
+        with open(stat_path) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return time.process_time() + (int(fields[11]) + int(fields[12])) / ticks
+
+    return clock
+
+
 def raw_loop(
     env: BaseEnv, behavior: str, seconds: float, rng: np.random.Generator, counter: StepCounter, clock
-) -> float:
-    """Unity steps per second of the plain random-action loop."""
+) -> tuple[float, float]:
+    """Unity steps per clock second and per wall second of the plain random-action loop."""
     size = env.behavior_specs[behavior].action_spec.continuous_size
-    start_count, start = counter.count, clock()
+    start_count, start, wall = counter.count, clock(), time.perf_counter()
     while clock() - start < seconds:
         for _ in range(20):
             dec, _ = env.get_steps(behavior)
@@ -75,53 +91,62 @@ def raw_loop(
                 behavior, ActionTuple(continuous=rng.uniform(-1, 1, (len(dec), size)).astype(np.float32))
             )
             env.step()
-    return (counter.count - start_count) / (clock() - start)
+    steps = counter.count - start_count
+    return steps / (clock() - start), steps / (time.perf_counter() - wall)
 
 
 def wrapped_loop(
     venv: UnityVecEnv, seconds: float, rng: np.random.Generator, counter: StepCounter, clock
-) -> tuple[float, float]:
-    """Unity steps per second and wrapper steps per second through ``UnityVecEnv``."""
+) -> tuple[float, float, float]:
+    """Unity steps per clock second and per wall second, and wrapper steps per clock second."""
     venv.reset()
     shape = (venv.num_envs, *venv.action_space.shape)
-    start_count, start, calls = counter.count, clock(), 0
+    start_count, start, wall, calls = counter.count, clock(), time.perf_counter(), 0
     while clock() - start < seconds:
         for _ in range(20):
             venv.step(rng.uniform(-1, 1, shape).astype(np.float32))
         calls += 20
-    elapsed = clock() - start
-    return (counter.count - start_count) / elapsed, calls / elapsed
+    elapsed, wall_elapsed = clock() - start, time.perf_counter() - wall
+    steps = counter.count - start_count
+    return steps / elapsed, steps / wall_elapsed, calls / elapsed
 
 
 def measure(transport: str, agents: int, seconds: float, rounds: int, worker_id: int) -> dict:
     env = open_unity(SCENE, transport=transport, worker_id=worker_id, num_agents=agents)
-    clock = time.process_time if transport == "inprocess" else time.perf_counter
+    process = getattr(env, "process", None)
+    clock = time.process_time if process is None else player_cpu_clock(process.pid)
     try:
         behavior = next(iter(env.behavior_specs))
         counter = StepCounter(env)
         venv = UnityVecEnv(env, behavior)
         venv.warn_inactive = False
         rng = np.random.default_rng(0)
-        raw, wrapped, calls = [], [], []
+        raw, wrapped, calls, raw_wall, wrapped_wall = [], [], [], [], []
         wrapped_loop(venv, min(seconds, 0.3), rng, counter, clock)  # warm-up
         for _ in range(rounds):
             env.reset()
-            raw.append(raw_loop(env, behavior, seconds, rng, counter, clock))
-            steps, wrapper_steps = wrapped_loop(venv, seconds, rng, counter, clock)
+            steps, wall_steps = raw_loop(env, behavior, seconds, rng, counter, clock)
+            raw.append(steps)
+            raw_wall.append(wall_steps)
+            steps, wall_steps, wrapper_steps = wrapped_loop(venv, seconds, rng, counter, clock)
             wrapped.append(steps)
+            wrapped_wall.append(wall_steps)
             calls.append(wrapper_steps)
-        raw_median, wrapped_median = statistics.median(raw), statistics.median(wrapped)
         ratios = [w / r for w, r in zip(wrapped, raw)]
+        wall_ratios = [w / r for w, r in zip(wrapped_wall, raw_wall)]
         return {
             "transport": transport,
-            "clock": "cpu" if transport == "inprocess" else "wall",
+            "clock": "cpu" if process is None else "cpu incl. player",
             "agents": agents,
             "slots": venv.num_envs,
-            "raw_unity_steps_per_s": raw_median,
-            "wrapped_unity_steps_per_s": wrapped_median,
+            "raw_unity_steps_per_s": statistics.median(raw),
+            "wrapped_unity_steps_per_s": statistics.median(wrapped),
             "wrapper_steps_per_s": statistics.median(calls),
             "ratio": statistics.median(ratios),
             "ratio_per_round": ratios,
+            "raw_unity_steps_per_wall_s": statistics.median(raw_wall),
+            "wrapped_unity_steps_per_wall_s": statistics.median(wrapped_wall),
+            "wall_ratio": statistics.median(wall_ratios),
         }
     finally:
         env.close()
@@ -156,6 +181,7 @@ def main() -> None:
         "wrapped_unity_steps_per_s",
         "wrapper_steps_per_s",
         "ratio",
+        "wall_ratio",
     ]
     print_table(
         rows, columns, title=f"UnityVecEnv overhead on {SCENE} (random actions; ratio = wrapped / raw)"

@@ -84,6 +84,7 @@ class _Instance:
     arange: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     all_bound: bool = False  # every slot has an agent
     identity: bool = False  # slot i's agent is row i of ``dec`` for every slot
+    slot_of: dict[int, int] = field(default_factory=dict)  # agent id -> local slot, bound agents only
     steady_ids: np.ndarray | None = None  # ``dec.agent_id`` when every slot's agent asked (rows valid)
     slots: slice = field(default_factory=lambda: slice(0, 0))
 
@@ -102,6 +103,7 @@ class _Instance:
         self.bound[:] = False
         self.had_agent[:] = False
         self.rows = np.full(self.n, -1, np.int64)
+        self.slot_of.clear()
         self.all_bound = self.identity = False
         self.steady_ids = None
 
@@ -561,6 +563,12 @@ class UnityVecEnv(VecEnv):
                 else:
                     _put(self._obs_buf, inst.slots, _take(converted, rows))
                 return _StepResult(reward, group_reward, done, truncated, terminal_obs)
+            if len(ids) == 0:  # nobody of this behavior asks (between decisions): step on
+                inst.rows = np.full(n, -1, np.int64)
+                inst.identity = False
+                inst.steady_ids = None
+                self._answer_others(inst)
+                continue
             rows = match_ids(inst.agent, inst.bound, ids)
             found = rows >= 0
             if found.any():
@@ -597,11 +605,15 @@ class UnityVecEnv(VecEnv):
         truncated: np.ndarray,
         terminal_obs: dict[int, Any],
     ) -> None:
-        rows = match_ids(inst.agent, inst.bound, term.agent_id)
-        ended = np.flatnonzero(rows >= 0)
-        if len(ended) == 0:
+        # few agents end per step: a dict lookup beats sorting every slot's id
+        slot_of = inst.slot_of
+        pairs = [(slot_of[a], j) for j, a in enumerate(term.agent_id.tolist()) if a in slot_of]
+        if not pairs:
             return
-        term_rows = rows[ended]
+        ended = np.array([p[0] for p in pairs], dtype=np.int64)
+        term_rows = np.array([p[1] for p in pairs], dtype=np.int64)
+        for slot, _ in pairs:
+            del slot_of[int(inst.agent[slot])]
         reward[ended] += term.reward[term_rows]
         group_reward[ended] += term.group_reward[term_rows]
         inst.group_id[ended] = np.asarray(term.group_id)[term_rows]
@@ -638,6 +650,7 @@ class UnityVecEnv(VecEnv):
             row = int(candidates[j])
             agent_id = int(dec.agent_id[row])
             inst.agent[slot] = agent_id
+            inst.slot_of[agent_id] = slot
             inst.previous[slot] = agent_id
             inst.bound[slot] = True
             inst.had_agent[slot] = True
