@@ -159,7 +159,7 @@ def assert_same_actions(model, path: Path, spec: BehaviorSpec, *, masks=None, ve
         assert np.all(np.abs(got["continuous_actions"]) <= 1.0)
     if spec.action_spec.discrete_size:
         disc = got["deterministic_discrete_actions"]
-        assert disc.dtype == np.float32 and disc.shape == (len(obs[0]), spec.action_spec.discrete_size)
+        assert disc.dtype == np.int64 and disc.shape == (len(obs[0]), spec.action_spec.discrete_size)
         np.testing.assert_array_equal(disc.astype(np.int32), expected.discrete)
         np.testing.assert_array_equal(got["discrete_actions"], disc)
     return got, expected
@@ -473,8 +473,8 @@ def test_names_shapes_and_constants(tmp_path):
     assert got["version_number"].tolist() == [3.0] and got["memory_size"].tolist() == [0.0]
     assert got["discrete_action_output_shape"].shape == (1, 2)
     assert got["discrete_actions"].shape == (5, 2)
-    for value in got.values():
-        assert value.dtype == np.float32
+    for name, value in got.items():
+        assert value.dtype == (np.int64 if name.endswith("discrete_actions") else np.float32), name
     continuous = export(make_model(PPO, CONTINUOUS), tmp_path, CONTINUOUS, name="c.onnx")
     out = run_onnx(continuous, unity_observations(CONTINUOUS, n=7))
     assert list(out) == [
@@ -500,6 +500,26 @@ def test_check_onnx_reports_a_model_for_another_behavior(tmp_path):
     assert any("no input obs_1" in p for p in problems)
     assert any("continuous action size" in p for p in problems)
     assert any("discrete branches" in p for p in problems)
+
+
+def test_check_onnx_wants_integer_discrete_actions(tmp_path):
+    # a float discrete output is valid ONNX but Unity's applier reads an integer tensor
+    spec = BehaviorSpec([vector(5)], ActionSpec(0, (3,)))
+    path = export(make_model(PPO, spec), tmp_path, spec)
+    proto = onnx.load(str(path))
+    producer = next(node for node in proto.graph.node if "discrete_actions" in node.output)
+    producer.output[list(producer.output).index("discrete_actions")] = "discrete_int"
+    proto.graph.node.append(onnx.helper.make_node("Cast", ["discrete_int"], ["discrete_actions"], to=1))
+    for out in proto.graph.output:
+        if out.name.endswith("discrete_actions"):  # the deterministic output copies it
+            out.type.tensor_type.elem_type = onnx.TensorProto.FLOAT
+    onnx.save(proto, str(tmp_path / "float.onnx"))
+    assert check_onnx(path, spec) == []
+    problems = check_onnx(tmp_path / "float.onnx", spec)
+    assert problems == [
+        f"{name} holds float32; Unity reads discrete actions as integers"
+        for name in ("discrete_actions", "deterministic_discrete_actions")
+    ]
 
 
 @pytest.mark.parametrize("opset", [9, 13, 15])

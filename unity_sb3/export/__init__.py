@@ -18,8 +18,11 @@ Outputs: ``version_number`` (= 3), ``memory_size`` (0 unless recurrent),
 ``continuous_actions`` / ``continuous_action_output_shape`` (= ``[c]``) /
 ``deterministic_continuous_actions`` when the behavior has continuous actions,
 ``discrete_actions`` / ``discrete_action_output_shape`` (= ``[[b_0, ..., b_k-1]]``) /
-``deterministic_discrete_actions`` (action indices per branch, as floats) when it has discrete
-branches, and ``recurrent_out`` for recurrent policies.
+``deterministic_discrete_actions`` (action indices per branch, ``(batch, branches)`` int64, as
+ML-Agents' exporter writes them: argmax/multinomial results are never cast, and current Unity
+packages read this output as an integer tensor) when it has discrete branches, and
+``recurrent_out`` for recurrent policies. Every other tensor is float32; constants keep
+ML-Agents' shapes: ``[3.0]``, ``[m]``, ``[c]`` and ``[[b_0, ..., b_k-1]]``.
 
 The graph reproduces what the policy does behind this project's wrappers, on the wrappers'
 observations (:class:`unity_sb3.spaces.BehaviorSpaces`): visual observations become uint8

@@ -105,14 +105,18 @@ class BoxBounds(nn.Module):
 
     def __init__(self, space: spaces.Box) -> None:
         super().__init__()
-        self.register_buffer("low", th.as_tensor(np.asarray(space.low, dtype=np.float32).reshape(-1)))
-        self.register_buffer("high", th.as_tensor(np.asarray(space.high, dtype=np.float32).reshape(-1)))
+        low = np.asarray(space.low, dtype=np.float32).reshape(-1)
+        high = np.asarray(space.high, dtype=np.float32).reshape(-1)
+        # Unity's own [-1, 1] needs no extra ops: the final clip for Unity does it
+        self.unit = bool(np.all(low == -1.0) and np.all(high == 1.0))
+        self.register_buffer("low", th.as_tensor(low))
+        self.register_buffer("high", th.as_tensor(high))
 
     def clip(self, actions: th.Tensor) -> th.Tensor:
-        return th.min(th.max(actions, self.low), self.high)
+        return actions if self.unit else th.min(th.max(actions, self.low), self.high)
 
     def unscale(self, scaled: th.Tensor) -> th.Tensor:
-        return self.low + 0.5 * (scaled + 1.0) * (self.high - self.low)
+        return scaled if self.unit else self.low + 0.5 * (scaled + 1.0) * (self.high - self.low)
 
 
 def _features(policy: Any, extractor: nn.Module, obs: Any) -> th.Tensor:
@@ -264,12 +268,12 @@ class UnityPolicyGraph(nn.Module):
         for size in self.branches:
             choices.append(th.argmax(logits[:, start : start + size], dim=1, keepdim=True))
             start += size
-        return th.cat(choices, dim=1).float()
+        return th.cat(choices, dim=1)  # int64, as ML-Agents' exporter writes (Sentis reads Tensor<int>)
 
     def _discrete_from_box(self, values: th.Tensor) -> th.Tensor:
         # unity_sb3.spaces.box_to_discrete: branch b splits [-1, 1] into b equal bins
         scaled = (th.clamp(values, -1.0, 1.0) + 1.0) / 2.0 * self.branch_sizes
-        return th.min(th.floor(scaled), self.branch_sizes - 1.0)
+        return th.min(th.floor(scaled), self.branch_sizes - 1.0).long()
 
     def forward(self, *inputs: th.Tensor) -> tuple[th.Tensor, ...]:
         obs = self.adapter(inputs[: self.n_obs])

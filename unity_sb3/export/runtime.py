@@ -15,6 +15,7 @@ from stable_baselines3.common.policies import BasePolicy
 
 from unity_sb3.export.names import (
     ACTION_MASKS,
+    CONSTANT_OUTPUTS,
     CONTINUOUS_ACTION_SHAPE,
     CONTINUOUS_ACTIONS,
     DETERMINISTIC_CONTINUOUS_ACTIONS,
@@ -60,6 +61,7 @@ class OnnxModelInfo:
     :param continuous_size: ``continuous_action_output_shape[0]`` (0 without continuous outputs).
     :param discrete_branches: ``discrete_action_output_shape`` flattened (empty without).
     :param metadata: the file's metadata properties.
+    :param output_types: output name -> numpy dtype name of its values (``"float32"``, ``"int64"``).
     """
 
     inputs: dict[str, tuple[int | str, ...]]
@@ -69,6 +71,7 @@ class OnnxModelInfo:
     continuous_size: int
     discrete_branches: tuple[int, ...]
     metadata: dict[str, str]
+    output_types: dict[str, str]
 
 
 def ort_session(path: str | Path) -> Any:
@@ -112,6 +115,7 @@ def inspect_onnx(path: str | Path) -> OnnxModelInfo:
         continuous_size=scalar(CONTINUOUS_ACTION_SHAPE),
         discrete_branches=branches,
         metadata={p.key: p.value for p in proto.metadata_props},
+        output_types={name: str(value.dtype) for name, value in values.items()},
     )
 
 
@@ -136,6 +140,14 @@ def check_onnx(path: str | Path, behavior_spec: BehaviorSpec) -> list[str]:
     )
     if not any(name in info.outputs for name in action_outputs):
         return ["the model does not contain any action output"]
+    for name in (DISCRETE_ACTIONS, DETERMINISTIC_DISCRETE_ACTIONS):
+        if name in info.outputs and not info.output_types[name].startswith("int"):
+            problems.append(
+                f"{name} holds {info.output_types[name]}; Unity reads discrete actions as integers"
+            )
+    for name in (CONTINUOUS_ACTIONS, DETERMINISTIC_CONTINUOUS_ACTIONS, *CONSTANT_OUTPUTS):
+        if name in info.outputs and info.output_types[name] != "float32":
+            problems.append(f"{name} holds {info.output_types[name]}; Unity reads it as float32")
     if info.version != MODEL_EXPORT_VERSION:
         problems.append(f"model API version {info.version}, expected {MODEL_EXPORT_VERSION}")
     obs_specs = list(behavior_spec.observation_specs)
