@@ -382,6 +382,17 @@ def test_visual_observations_dict_space_and_render():
         assert flat.render() is None
 
 
+@pytest.mark.parametrize("visual", ["uint8", "float", "uint8_hwc", "float_hwc"])
+def test_render_tiles_rgb_images_in_every_visual_mode(visual):
+    behavior = ScriptedBehavior([ScriptedAgent()] * 5, visual_shape=(4, 3, 1))
+    venv = UnityVecEnv(ScriptedEnv(behavior), visual=visual)
+    venv.reset()
+    image = venv.render()
+    assert image.shape == (3 * 4, 2 * 3, 3) and image.dtype == np.uint8  # 5 slots on a 3 x 2 grid
+    assert np.all(image[:4, :3] == round(255 * 0.01))  # grey from one channel
+    assert np.all(image[8:, 3:] == 0)  # the unused sixth tile
+
+
 def test_flatten_obs_option():
     behavior = ScriptedBehavior([ScriptedAgent()], visual_shape=(4, 4, 1))
     with pytest.raises(ValueError, match="flatten=True needs every observation to be 1-D"):
