@@ -19,6 +19,7 @@ from gymnasium import spaces
 from sb3_contrib import MaskablePPO, RecurrentPPO
 from stable_baselines3 import A2C, DQN, PPO, SAC, TD3
 from stable_baselines3.common.policies import BasePolicy
+from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
 from unity_sb3.spaces import BehaviorSpaces
@@ -592,6 +593,64 @@ def test_predict_reference_refuses_masks_the_model_cannot_take():
     masks[0, 1] = False
     with pytest.raises(ValueError, match="takes no action masks"):
         predict_unity_actions(model, obs, behavior_spec=spec, action_masks=masks)
+
+
+class SmallCnn(BaseFeaturesExtractor):
+    """A user's own extractor for GridWorld's 32x32 camera (too small for NatureCNN) + goal."""
+
+    def __init__(self, observation_space: spaces.Dict) -> None:
+        super().__init__(observation_space, features_dim=8 * 7 * 7 + 2)
+        self.cnn = th.nn.Sequential(th.nn.Conv2d(3, 8, 5, stride=4), th.nn.ReLU(), th.nn.Flatten())
+
+    def forward(self, obs: dict[str, th.Tensor]) -> th.Tensor:
+        return th.cat([self.cnn(obs["CameraSensor"]), obs["GoalSensor"]], dim=1)
+
+
+def test_exported_model_drives_an_embedded_scene(tmp_path):
+    # GridWorld (visual k/255 pixels + goal signal + action masks) stepped by the ONNX model as
+    # Unity's ModelRunner would: DecisionSteps in Unity's layout, masks inverted to 1 = allowed
+    from unity_sb3.envs import make_scene
+    from unity_sb3.unity.compat import channel_axis
+
+    scene = make_scene("GridWorld", num_agents=4)
+    name, spec = next(iter(scene.behavior_specs.items()))
+    model = make_model(
+        MaskablePPO,
+        spec,
+        "MultiInputPolicy",
+        policy_kwargs=dict(net_arch=[16], features_extractor_class=SmallCnn),
+    )
+    scale_head(model, 30.0)
+    path = export(model, tmp_path, spec)
+    behavior = BehaviorSpaces(spec)
+    blocked = 0
+    try:
+        scene.reset()
+        for _ in range(15):
+            steps, _ = scene.get_steps(name)
+            if len(steps) == 0:
+                scene.step()
+                continue
+            obs = []
+            for o, obs_spec in zip(steps.obs, spec.observation_specs):
+                if (
+                    len(obs_spec.shape) == 3
+                    and channel_axis(obs_spec.shape, obs_spec.dimension_property) == 2
+                ):
+                    o = np.moveaxis(o, -1, 1)
+                obs.append(o)
+            masks = behavior.action_masks(steps.action_mask, len(steps))
+            blocked += int((~masks).sum())
+            got = run_onnx(path, obs, action_masks=masks)
+            expected, _ = model.predict(
+                behavior.observations(steps.obs), deterministic=True, action_masks=masks
+            )
+            np.testing.assert_array_equal(got["deterministic_discrete_actions"][:, 0], expected)
+            scene.set_actions(name, behavior.to_unity_actions(got["discrete_actions"], len(steps)))
+            scene.step()
+    finally:
+        scene.close()
+    assert blocked > 0, "the scene should have masked some actions"
 
 
 # ------------------------------------------------------------------------------- command line
