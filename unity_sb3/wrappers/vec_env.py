@@ -270,7 +270,8 @@ class UnityVecEnv(VecEnv):
         if isinstance(source, str):
             from unity_sb3.unity.connect import open_unity
 
-            return open_unity(source, worker_id=worker_id, **self.open_kwargs)
+            base = self.open_kwargs.get("worker_id", 0)  # open_kwargs["worker_id"] shifts every instance's
+            return open_unity(source, **{**self.open_kwargs, "worker_id": base + worker_id})
         if callable(source):
             env = source()
             if not isinstance(env, BaseEnv):
