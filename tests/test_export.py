@@ -575,6 +575,20 @@ def test_errors_say_what_is_wrong(tmp_path):
     assert not (tmp_path / "x.onnx").exists()
 
 
+def test_a_failed_check_leaves_no_file(tmp_path, monkeypatch):
+    import unity_sb3.export.writer as writer
+
+    def mismatch(*args, **kwargs):
+        raise AssertionError("actions differ")
+
+    monkeypatch.setattr(writer, "verify_export", mismatch)
+    (tmp_path / "old.onnx").write_bytes(b"previous export")
+    with pytest.raises(AssertionError, match="actions differ"):
+        to_onnx(make_model(PPO, CONTINUOUS), tmp_path / "old.onnx", behavior_spec=CONTINUOUS, verify=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["old.onnx"]
+    assert (tmp_path / "old.onnx").read_bytes() == b"previous export"
+
+
 def test_unknown_policy_class_is_refused(tmp_path):
     class Custom(BasePolicy):
         def _predict(self, observation, deterministic=False):

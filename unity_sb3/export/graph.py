@@ -303,6 +303,10 @@ class UnityPolicyGraph(nn.Module):
 def build_graph(
     model: BaseAlgorithm | BasePolicy, behavior_spec: BehaviorSpec | None, vec_normalize: Any
 ) -> tuple[UnityPolicyGraph, BehaviorSpec, list[ObsRoute], str]:
+    """Check the model against the spec and assemble the module to trace.
+
+    :return: the module, the spec used, the observation routes and their mode.
+    """
     policy = policy_of(model)
     spec = behavior_spec or infer_behavior_spec(policy.observation_space, policy.action_space)
     routes, mode = plan_observations(spec, policy.observation_space)
@@ -316,6 +320,7 @@ def build_graph(
 
 
 def dummy_inputs(graph: UnityPolicyGraph, routes: list[ObsRoute], batch: int = 1) -> tuple[th.Tensor, ...]:
+    """Zero observations, all-allowed masks and zero memories in the exported inputs' order."""
     device = next((p.device for p in graph.head.policy.parameters()), th.device("cpu"))
     tensors = [th.zeros((batch, *r.onnx_shape), device=device) for r in routes]
     if graph.has_masks:

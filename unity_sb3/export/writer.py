@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import warnings
 from pathlib import Path
 from typing import Any
@@ -56,9 +57,11 @@ def to_onnx(
     onnx = import_onnx()
     graph, spec, routes, _ = build_graph(model, behavior_spec, vec_normalize)
     policy = graph.head.policy
+    graph.to(policy.device)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    inputs = dummy_inputs(graph, routes)
+    # written beside the target and moved into place once complete (and verified)
+    partial = path.with_name(f".{path.name}.partial")
     input_names, output_names = graph.input_names(), graph.output_names()
     dynamic_axes = {name: {0: "batch"} for name in input_names}
     for name in output_names:
@@ -72,8 +75,8 @@ def to_onnx(
             warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation and tracer notes
             th.onnx.export(
                 graph,
-                inputs,
-                str(path),
+                dummy_inputs(graph, routes),
+                str(partial),
                 input_names=input_names,
                 output_names=output_names,
                 dynamic_axes=dynamic_axes,
@@ -81,11 +84,13 @@ def to_onnx(
                 do_constant_folding=True,
                 dynamo=False,
             )
+        _finish_model(onnx, partial, graph, routes, model)
+        if verify:
+            verify_export(model, partial, spec, vec_normalize)
+        os.replace(partial, path)
     finally:
         policy.set_training_mode(was_training)
-    _finish_model(onnx, path, graph, routes, model)
-    if verify:
-        verify_export(model, path, spec, vec_normalize)
+        partial.unlink(missing_ok=True)
     return path
 
 
@@ -130,6 +135,10 @@ def _finish_model(onnx: Any, path: Path, graph: UnityPolicyGraph, routes: list[O
 
 
 def verify_export(model: Any, path: Path, spec: BehaviorSpec, vec_normalize: Any, n: int = 64) -> None:
+    """Compare the file's actions with :func:`predict_unity_actions` on ``n`` random observations.
+
+    :raises AssertionError: on a mismatch (continuous: more than 1e-4 apart; discrete: any).
+    """
     rng = np.random.default_rng(0)
     obs = []
     for obs_spec in spec.observation_specs:
