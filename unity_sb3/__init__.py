@@ -27,6 +27,8 @@ _LAZY: dict[str, str] = {
     "PPO": "unity_sb3.algorithms.ppo",
     "SAC": "unity_sb3.algorithms.sac",
     "POCA": "unity_sb3.algorithms.poca",
+    "to_onnx": "unity_sb3.export",
+    "RayUnityVecEnv": "unity_sb3.wrappers.ray_vec_env",
 }
 
 __all__ = ["__version__", *_LAZY]
