@@ -60,13 +60,22 @@ def random_actions(rng: np.random.Generator, n: int) -> np.ndarray:
     return rng.uniform(-1.0, 1.0, size=(n, 2)).astype(np.float32)
 
 
+def assert_same(x, y, message: str) -> None:
+    if isinstance(x, dict):
+        assert x.keys() == y.keys(), message
+        for key in x:
+            np.testing.assert_array_equal(x[key], y[key], err_msg=f"{message} [{key!r}]")
+    else:
+        np.testing.assert_array_equal(x, y, err_msg=message)
+
+
 def assert_same_step(a: tuple, b: tuple, step: int) -> None:
     for x, y, name in zip(a[:3], b[:3], ("obs", "reward", "done")):
-        np.testing.assert_array_equal(x, y, err_msg=f"{name} differ at step {step}")
+        assert_same(x, y, f"{name} differ at step {step}")
     for i, (ia, ib) in enumerate(zip(a[3], b[3])):
         assert ia.keys() == ib.keys(), (step, i)
         for key in ia:
-            np.testing.assert_array_equal(ia[key], ib[key], err_msg=f"infos[{i}][{key!r}] at step {step}")
+            assert_same(ia[key], ib[key], f"infos[{i}][{key!r}] at step {step}")
 
 
 # ---------------------------------------------------------------------- bad input (no actors)
@@ -121,11 +130,14 @@ def _scripted(crash_at: int | None) -> ScriptedEnv:
         ScriptedAgent(episode_length=3, respawn_delay=2, new_id_each_episode=True, interrupted=True),
         ScriptedAgent(episode_length=4, episodes=1),  # dies without replacement
     ]
-    behavior = ScriptedBehavior(agents, action_spec=ActionSpec(0, (3, 2)), mask_fn=_mask)
+    # 4 x 64x64x3 float32 images: big enough for Ray's object store (read-only, zero-copy arrays)
+    behavior = ScriptedBehavior(
+        agents, action_spec=ActionSpec(0, (3, 2)), mask_fn=_mask, visual_shape=(64, 64, 3)
+    )
     return ScriptedEnv(behavior, crash_at=crash_at)
 
 
-def test_inactive_slots_masks_groups_and_a_unity_crash_match_unity_vec_env():
+def test_inactive_slots_masks_groups_images_and_a_unity_crash_match_unity_vec_env():
     # instance 1's Unity crashes at its 7th step (inside a live actor): both re-open it
     factories = [functools.partial(_scripted, None), functools.partial(_scripted, 7)]
     kwargs = {"num_slots": 8, "restart_on_crash": True, "restart_backoff": 0.0, "max_idle_steps": 20}
@@ -134,7 +146,7 @@ def test_inactive_slots_masks_groups_and_a_unity_crash_match_unity_vec_env():
         ray_venv = RayUnityVecEnv(factories, **kwargs, **ACTOR)
         venv = UnityVecEnv(factories, **kwargs)
         try:
-            np.testing.assert_array_equal(ray_venv.reset(), venv.reset())
+            assert_same(ray_venv.reset(), venv.reset(), "reset observations")
             rng = np.random.default_rng(1)
             inactive = restarted = 0
             for step in range(12):
@@ -234,3 +246,50 @@ def test_close_kills_the_actors_and_is_idempotent(ball_pair):
             ray.get(actor.reset.remote(), timeout=30)
     with pytest.raises(RuntimeError, match="closed"):
         ray_venv.step(np.zeros((8, 2), np.float32))
+
+
+# ---------------------------------------------------------------------- the proxy as a BaseEnv
+def test_proxy_behaves_like_the_env_in_the_actor():
+    from mlagents_envs.base_env import ActionTuple
+    from mlagents_envs.exception import UnityActionException
+
+    from unity_sb3.unity.ray_actor import RayActorSource
+
+    kwargs = {"transport": "inprocess", "num_agents": 3, "seed": 4}
+    source = RayActorSource("Ball3D", worker_id=0, open_kwargs=kwargs, actor_options=ACTOR)
+    local = open_unity("Ball3D", **kwargs)
+    try:
+        proxy = source()
+        name = next(iter(local.behavior_specs))
+        assert proxy.behavior_specs[name] == local.behavior_specs[name]
+        with pytest.raises(KeyError):
+            proxy.get_steps(name)  # nothing reported before the first reset, as UnityEnvironment
+        proxy.reset()
+        local.reset()
+        rng = np.random.default_rng(3)
+        for _ in range(20):
+            dec, _ = local.get_steps(name)
+            actions = ActionTuple(continuous=rng.uniform(-1, 1, (len(dec), 2)).astype(np.float32))
+            for env in (proxy, local):
+                env.set_actions(name, actions)
+                env.set_action_for_agent(name, int(dec.agent_id[0]), ActionTuple(continuous=np.ones((1, 2))))
+                env.step()
+            (d1, t1), (d2, t2) = proxy.get_steps(name), local.get_steps(name)
+            for a, b in ((d1, d2), (t1, t2)):
+                np.testing.assert_array_equal(a.agent_id, b.agent_id)
+                np.testing.assert_array_equal(a.obs[0], b.obs[0])
+                np.testing.assert_array_equal(a.reward, b.reward)
+        with pytest.raises(UnityActionException, match="does not correspond"):
+            proxy.get_steps("Nope?team=0")
+        with pytest.raises(UnityActionException):  # validated locally, nothing is sent
+            proxy.set_actions(name, ActionTuple(continuous=np.zeros((7, 2), np.float32)))
+        proxy.reseed(5)  # a method of the remote scene, forwarded
+        with pytest.raises(AttributeError):
+            proxy.no_such_method()
+        proxy.close()
+        proxy.close()
+        with pytest.raises(UnityProcessError, match="closed"):
+            proxy.step()
+    finally:
+        local.close()
+        source.kill()
