@@ -36,8 +36,9 @@ def main(argv: list[str] | None = None) -> float:
     parser.add_argument("--save-path", default="results/ppo_ball3d/model", help="where the model is saved")
     args = parser.parse_args(argv)
 
-    # Every agent of the behavior becomes a slot; "transport" only matters for embedded scenes.
-    open_kwargs = {"seed": args.seed, "transport": "player" if args.player else "inprocess"}
+    # Every agent of the behavior becomes a slot. "auto" runs an embedded scene in this process;
+    # builds and the Editor always talk gRPC.
+    open_kwargs = {"seed": args.seed, "transport": "player" if args.player else "auto"}
     env = VecMonitor(unity_sb3.UnityVecEnv("Ball3D", open_kwargs=open_kwargs))
     print(f"{env.num_envs} slots, observations {env.observation_space}, actions {env.action_space}")
 

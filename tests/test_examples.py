@@ -137,11 +137,6 @@ def test_connect_unity_build_missing_build_fails_clearly(tmp_path):
     assert "Traceback" not in result.stderr
 
 
-def test_connect_unity_build_help_as_a_script():
-    result = run_script("examples/connect_unity_build.py", "--help")
-    assert result.returncode == 0 and "editor" in result.stdout and "--env-param" in result.stdout
-
-
 @pytest.mark.parametrize(
     ("args", "code", "message"),
     [
