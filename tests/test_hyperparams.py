@@ -15,7 +15,7 @@ from unity_sb3.hyperparams import gym_id, load_hyperparams, parse_policy_kwargs
 def test_shipped_ball3d_ppo() -> None:
     params = load_hyperparams("ppo", "Ball3D")
     assert params["n_timesteps"] > 0 and params["policy"] == "MlpPolicy"
-    assert isinstance(params["policy_kwargs"], dict)
+    assert isinstance(parse_policy_kwargs(params["policy_kwargs"]), dict)
 
 
 def test_user_config_overrides(tmp_path: Path) -> None:
@@ -56,3 +56,14 @@ def test_registry_resolves(name: str) -> None:
 def test_registry_did_you_mean() -> None:
     with pytest.raises(ValueError, match="Did you mean ppo"):
         algorithm_class("ppoo")
+
+
+def test_run_config_with_python_objects_saves_as_plain_yaml() -> None:
+    import yaml
+
+    from unity_sb3.run import _plain
+
+    text = yaml.safe_dump(
+        _plain({"policy_kwargs": {"activation_fn": nn.ReLU, "net_arch": (8, 8)}, "lr": 1e-3})
+    )
+    assert "torch.nn.modules.activation.ReLU" in text and "lr: 0.001" in text

@@ -43,6 +43,19 @@ class RunConfig:
     open_kwargs: dict[str, Any] = field(default_factory=dict)
 
 
+def _plain(value: Any) -> Any:
+    """``value`` with anything YAML cannot represent safely (classes, callables) as readable text."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, type):
+        return f"{value.__module__}.{value.__qualname__}"
+    return repr(value)
+
+
 def make_vec_env(config: RunConfig, monitor_file: str | Path | None = None):
     """Open the run's Unity instances as one ``UnityVecEnv`` (wrapped in VecMonitor)."""
     from stable_baselines3.common.vec_env import VecMonitor
@@ -116,7 +129,7 @@ def train(
     run_dir.mkdir(parents=True, exist_ok=True)
     segment = len(list(run_dir.glob("monitor*.csv")))
     monitor_file = run_dir / ("monitor.csv" if segment == 0 else f"monitor-{segment}.csv")
-    (run_dir / CONFIG_FILE).write_text(yaml.safe_dump(asdict(config), sort_keys=False))
+    (run_dir / CONFIG_FILE).write_text(yaml.safe_dump(_plain(asdict(config)), sort_keys=False))
 
     algo_cls = algorithm_class(config.algo)
     env = make_vec_env(config, monitor_file)

@@ -55,8 +55,10 @@ def load_hyperparams(
     that one replaces the shipped defaults, prints its mapping, and adds ``algo`` (from the
     behavior's ``trainer_type``) to the result. ``behavior`` picks one of its behaviors.
 
-    :return: a dict with ``n_timesteps``, ``policy``, ``normalize`` and constructor arguments;
-        ``policy_kwargs`` is already a dict.
+    :return: a dict with ``n_timesteps``, ``policy``, ``normalize`` and constructor arguments.
+        ``policy_kwargs`` stays as written (RL Zoo's expression string, or a mapping) so the
+        result can be saved as plain YAML; :func:`parse_policy_kwargs` evaluates it when the
+        model is built.
     """
     key = gym_id(env)
     shipped = HYPERPARAMS_DIR / f"{algo.lower()}.yml"
@@ -77,6 +79,4 @@ def load_hyperparams(
             raise KeyError(f"{config} has no entry for {key!r}.{hint} Entries: {', '.join(data)}")
         else:
             params.update(data)
-    if "policy_kwargs" in params:
-        params["policy_kwargs"] = parse_policy_kwargs(params["policy_kwargs"])
     return params
