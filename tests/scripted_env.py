@@ -153,6 +153,9 @@ class ScriptedEnv(BaseEnv):
     :param crash_in: ``"step"`` or ``"get_steps"``: which call raises at ``crash_at``.
     :param crash_error: the exception class raised (a ``UnityException`` by default).
     :param strict: raise on a request left unanswered at ``step()`` (besides recording it).
+    :param list_group_ids: give ``group_id`` as a Python list, exactly as ``mlagents_envs``'
+        ``rpc_utils`` does for a real Unity build (so ``steps.group_id[index_array]`` fails there);
+        the default gives an int32 array, like the embedded scenes.
     """
 
     def __init__(
@@ -163,6 +166,7 @@ class ScriptedEnv(BaseEnv):
         crash_in: str = "step",
         crash_error: type[Exception] = UnityCommunicatorStoppedException,
         strict: bool = False,
+        list_group_ids: bool = False,
     ) -> None:
         if isinstance(behaviors, ScriptedBehavior):
             behaviors = {DEFAULT_BEHAVIOR: behaviors}
@@ -177,6 +181,7 @@ class ScriptedEnv(BaseEnv):
         self.crash_in = crash_in
         self.crash_error = crash_error
         self.strict = strict
+        self.list_group_ids = list_group_ids
         self.unity_sb3_channels = _Channels()
         self.seeds: list[int] = []
         self.closed = False
@@ -408,9 +413,13 @@ class ScriptedEnv(BaseEnv):
             np.array([r[2] for r in rows], dtype=np.float32),
             np.array([r[0] for r in rows], dtype=np.int32),
             mask,
-            [int(r[3]) for r in rows],  # a list, as mlagents_envs' rpc_utils gives it
+            self._group_ids([r[3] for r in rows]),
             np.array([r[4] for r in rows], dtype=np.float32),
         )
+
+    def _group_ids(self, values: list) -> Any:
+        ids = [int(v) for v in values]
+        return ids if self.list_group_ids else np.array(ids, dtype=np.int32)
 
     def _terminal_steps(self, name: str, rows: list) -> TerminalSteps:
         return TerminalSteps(
@@ -418,6 +427,6 @@ class ScriptedEnv(BaseEnv):
             np.array([r[2] for r in rows], dtype=np.float32),
             np.array([r[3] for r in rows], dtype=bool),
             np.array([r[0] for r in rows], dtype=np.int32),
-            [int(r[4]) for r in rows],
+            self._group_ids([r[4] for r in rows]),
             np.array([r[5] for r in rows], dtype=np.float32),
         )

@@ -24,6 +24,13 @@ from mlagents_envs.exception import UnityTimeOutException  # isort: skip
 from unity_sb3.unity.errors import UnityConfigurationError, UnityProcessError
 from unity_sb3.wrappers.vec_env import UnityNoDecisionError, UnityVecEnv
 
+
+def scripted(*args, **kwargs) -> ScriptedEnv:
+    """A ScriptedEnv whose group ids come as lists, as from a real Unity build."""
+    kwargs.setdefault("list_group_ids", True)
+    return ScriptedEnv(*args, **kwargs)
+
+
 # observation columns of the scripted env
 K, EPISODE, STEP, T = 0, 1, 2, 3
 
@@ -35,7 +42,7 @@ def slot_actions(venv: UnityVecEnv, step: int) -> np.ndarray:
 
 
 def make(agents, **kwargs) -> tuple[ScriptedEnv, UnityVecEnv]:
-    env = ScriptedEnv(agents, strict=True)
+    env = scripted(agents, strict=True)
     return env, UnityVecEnv(env, **kwargs)
 
 
@@ -259,7 +266,7 @@ def agent_scripts(draw):
 @given(agent_scripts())
 def test_never_an_unrequested_action_never_an_unanswered_request(case):
     agents, num_slots = case
-    env = ScriptedEnv(agents, strict=True)
+    env = scripted(agents, strict=True)
     venv = UnityVecEnv(env, num_slots=num_slots, max_idle_steps=50)
     obs = venv.reset()
     expected: dict[tuple[int, int], np.ndarray] = {}  # (agent index, request step) -> action sent
@@ -319,7 +326,7 @@ def test_action_masks_per_slot_in_sb3_contrib_format():
         action_spec=ActionSpec(0, (3, 2)),
         mask_fn=_mask,
     )
-    env = ScriptedEnv(behavior, strict=True)
+    env = scripted(behavior, strict=True)
     venv = UnityVecEnv(env)
     assert isinstance(venv.action_space, spaces.MultiDiscrete)
     venv.reset()
@@ -339,14 +346,14 @@ def test_action_masks_per_slot_in_sb3_contrib_format():
 
 
 def test_discrete_single_branch_and_hybrid_actions():
-    env = ScriptedEnv(ScriptedBehavior([ScriptedAgent()] * 2, action_spec=ActionSpec(0, (4,))), strict=True)
+    env = scripted(ScriptedBehavior([ScriptedAgent()] * 2, action_spec=ActionSpec(0, (4,))), strict=True)
     venv = UnityVecEnv(env)
     assert venv.action_space == spaces.Discrete(4)
     venv.reset()
     venv.step(np.array([3, 1]))
     assert [env.actions_of(k)[0].discrete.tolist() for k in range(2)] == [[3], [1]]
 
-    env = ScriptedEnv(ScriptedBehavior([ScriptedAgent()], action_spec=ActionSpec(1, (2,))), strict=True)
+    env = scripted(ScriptedBehavior([ScriptedAgent()], action_spec=ActionSpec(1, (2,))), strict=True)
     venv = UnityVecEnv(env)
     assert isinstance(venv.action_space, spaces.Box) and venv.action_space.shape == (2,)
     venv.reset()
@@ -356,7 +363,7 @@ def test_discrete_single_branch_and_hybrid_actions():
 
 
 def test_bad_actions_get_a_clear_error():
-    env = ScriptedEnv(ScriptedBehavior([ScriptedAgent()], action_spec=ActionSpec(0, (4,))))
+    env = scripted(ScriptedBehavior([ScriptedAgent()], action_spec=ActionSpec(0, (4,))))
     venv = UnityVecEnv(env)
     venv.reset()
     with pytest.raises(ValueError, match="out of range"):
@@ -365,7 +372,7 @@ def test_bad_actions_get_a_clear_error():
 
 def test_visual_observations_dict_space_and_render():
     behavior = ScriptedBehavior([ScriptedAgent()] * 3, visual_shape=(8, 6, 3))
-    venv = UnityVecEnv(ScriptedEnv(behavior))
+    venv = UnityVecEnv(scripted(behavior))
     assert isinstance(venv.observation_space, spaces.Dict)
     assert venv.observation_space["camera"].shape == (3, 8, 6)
     assert venv.observation_space["camera"].dtype == np.uint8
@@ -376,7 +383,7 @@ def test_visual_observations_dict_space_and_render():
     assert image.shape == (2 * 8, 2 * 6, 3) and image.dtype == np.uint8
     assert image[0, 0, 1] == round(255 * 0.01)  # slot 0 (agent 0) sits in the top-left tile
 
-    flat = UnityVecEnv(ScriptedEnv([ScriptedAgent()]))
+    flat = UnityVecEnv(scripted([ScriptedAgent()]))
     assert flat.render_mode is None
     with pytest.warns(UserWarning):
         assert flat.render() is None
@@ -385,7 +392,7 @@ def test_visual_observations_dict_space_and_render():
 @pytest.mark.parametrize("visual", ["uint8", "float", "uint8_hwc", "float_hwc"])
 def test_render_tiles_rgb_images_in_every_visual_mode(visual):
     behavior = ScriptedBehavior([ScriptedAgent()] * 5, visual_shape=(4, 3, 1))
-    venv = UnityVecEnv(ScriptedEnv(behavior), visual=visual)
+    venv = UnityVecEnv(scripted(behavior), visual=visual)
     venv.reset()
     image = venv.render()
     assert image.shape == (3 * 4, 2 * 3, 3) and image.dtype == np.uint8  # 5 slots on a 3 x 2 grid
@@ -396,12 +403,12 @@ def test_render_tiles_rgb_images_in_every_visual_mode(visual):
 def test_flatten_obs_option():
     behavior = ScriptedBehavior([ScriptedAgent()], visual_shape=(4, 4, 1))
     with pytest.raises(ValueError, match="flatten=True needs every observation to be 1-D"):
-        UnityVecEnv(ScriptedEnv(behavior), flatten_obs=True)
+        UnityVecEnv(scripted(behavior), flatten_obs=True)
 
 
 # ---------------------------------------------------------------------- behaviors
 def _two_behaviors(**kw) -> ScriptedEnv:
-    return ScriptedEnv(
+    return scripted(
         {
             "A?team=0": ScriptedBehavior([ScriptedAgent(), ScriptedAgent()]),
             "B?team=1": ScriptedBehavior([ScriptedAgent()], action_spec=ActionSpec(0, (3,))),
@@ -443,7 +450,7 @@ def test_other_behaviors_answered_with_zeros_or_the_callback():
 
 # ---------------------------------------------------------------------- several instances, crashes
 def test_several_instances_are_slots_side_by_side():
-    envs = [ScriptedEnv([ScriptedAgent(), ScriptedAgent()], strict=True) for _ in range(2)]
+    envs = [scripted([ScriptedAgent(), ScriptedAgent()], strict=True) for _ in range(2)]
     venv = UnityVecEnv([lambda e=e: e for e in envs])
     assert venv.num_envs == 4
     assert venv.worker_ids == [0, 0, 1, 1]
@@ -460,7 +467,7 @@ def test_several_instances_are_slots_side_by_side():
 
 
 def test_num_slots_per_instance_must_fit():
-    envs = [ScriptedEnv([ScriptedAgent()]) for _ in range(2)]
+    envs = [scripted([ScriptedAgent()]) for _ in range(2)]
     with pytest.raises(UnityConfigurationError, match="multiple of the number of instances"):
         UnityVecEnv(envs, num_slots=3)
     venv = UnityVecEnv(envs, num_slots=[1, 2])
@@ -472,7 +479,7 @@ def test_strings_are_opened_with_open_unity_and_their_worker_id(monkeypatch):
 
     def fake_open_unity(target, **kwargs):
         calls.append((target, kwargs))
-        return ScriptedEnv([ScriptedAgent()])
+        return scripted([ScriptedAgent()])
 
     module = types.ModuleType("unity_sb3.unity.connect")
     module.open_unity = fake_open_unity
@@ -492,8 +499,8 @@ def test_strings_are_opened_with_open_unity_and_their_worker_id(monkeypatch):
 def test_crashed_instance_is_reported_by_worker_id(crash_in, error):
     kw = {"crash_error": error} if error else {}
     envs = [
-        ScriptedEnv([ScriptedAgent()]),
-        ScriptedEnv([ScriptedAgent()], crash_at=3, crash_in=crash_in, **kw),
+        scripted([ScriptedAgent()]),
+        scripted([ScriptedAgent()], crash_at=3, crash_in=crash_in, **kw),
     ]
     venv = UnityVecEnv(envs)
     venv.reset()
@@ -507,18 +514,18 @@ def test_crashed_instance_is_reported_by_worker_id(crash_in, error):
 
 def test_restart_needs_a_string_or_factory():
     with pytest.raises(UnityConfigurationError, match="restart_on_crash=True needs"):
-        UnityVecEnv(ScriptedEnv([ScriptedAgent()]), restart_on_crash=True)
+        UnityVecEnv(scripted([ScriptedAgent()]), restart_on_crash=True)
 
 
 def test_crashed_instance_is_restarted_when_asked():
     made: list[ScriptedEnv] = []
 
     def factory() -> ScriptedEnv:
-        env = ScriptedEnv([ScriptedAgent(), ScriptedAgent()], crash_at=3 if not made else None)
+        env = scripted([ScriptedAgent(), ScriptedAgent()], crash_at=3 if not made else None)
         made.append(env)
         return env
 
-    healthy = ScriptedEnv([ScriptedAgent()])
+    healthy = scripted([ScriptedAgent()])
     venv = UnityVecEnv([lambda: healthy, factory], restart_on_crash=True, restart_backoff=0.0)
     venv.reset()
     venv.step(slot_actions(venv, 0))
@@ -541,7 +548,7 @@ def test_restarts_are_limited():
 
     def factory() -> ScriptedEnv:
         made.append(1)
-        return ScriptedEnv([ScriptedAgent()], crash_at=2)
+        return scripted([ScriptedAgent()], crash_at=2)
 
     venv = UnityVecEnv(factory, restart_on_crash=True, max_restarts=2, restart_backoff=0.0)
     venv.reset()
@@ -555,7 +562,7 @@ def test_restarts_are_limited():
 
 # ---------------------------------------------------------------------- VecEnv contract
 def test_seed_is_passed_to_reseed_at_the_next_reset():
-    envs = [ScriptedEnv([ScriptedAgent()]) for _ in range(2)]
+    envs = [scripted([ScriptedAgent()]) for _ in range(2)]
     venv = UnityVecEnv(envs)
     assert venv.seed(10) == [10, 11]
     assert envs[0].seeds == []
@@ -581,7 +588,7 @@ def test_reset_returns_obs_and_reset_infos_and_resets_unity():
 
 
 def test_get_set_attr_env_method_and_env_is_wrapped():
-    env = ScriptedEnv([ScriptedAgent(), ScriptedAgent()])
+    env = scripted([ScriptedAgent(), ScriptedAgent()])
     venv = UnityVecEnv(env)
     channels = venv.get_attr("unity_sb3_channels")
     assert channels == [env.unity_sb3_channels] * 2
@@ -646,10 +653,10 @@ def test_works_under_vec_frame_stack():
 
 def test_works_under_vec_transpose_image_with_channel_last_images():
     behavior = ScriptedBehavior([ScriptedAgent(), ScriptedAgent()], visual_shape=(8, 6, 3))
-    hwc = UnityVecEnv(ScriptedEnv(behavior), visual="uint8_hwc")
+    hwc = UnityVecEnv(scripted(behavior), visual="uint8_hwc")
     assert hwc.observation_space["camera"].shape == (8, 6, 3)
     transposed = VecTransposeImage(hwc)
-    chw = UnityVecEnv(ScriptedEnv(behavior))
+    chw = UnityVecEnv(scripted(behavior))
     assert transposed.observation_space["camera"] == chw.observation_space["camera"]
     a, b = transposed.reset(), chw.reset()
     np.testing.assert_array_equal(a["camera"], b["camera"])
