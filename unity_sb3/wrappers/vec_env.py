@@ -32,6 +32,7 @@ one ``Box`` by default (``hybrid="box"``, see :mod:`unity_sb3.spaces`).
 from __future__ import annotations
 
 import contextlib
+import difflib
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -54,7 +55,7 @@ from unity_sb3.unity.errors import UnityConfigurationError, UnityProcessError
 from unity_sb3.wrappers._slots import assign_free_slots, match_ids, unassigned_rows
 
 from mlagents_envs.base_env import ActionTuple, BaseEnv, DecisionSteps, TerminalSteps  # isort: skip
-from mlagents_envs.exception import UnityActionException, UnityException  # isort: skip
+from mlagents_envs.exception import UnityActionException, UnityException, UnityTimeOutException  # isort: skip
 
 EnvSource = BaseEnv | str | Callable[[], BaseEnv]
 OtherBehaviors = Callable[[str, DecisionSteps], ActionTuple | None]
@@ -81,6 +82,7 @@ class _Instance:
     group_id: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     dec: DecisionSteps | None = None
     restarts: int = 0
+    restart_times: list[float] = field(default_factory=list)  # time.monotonic() of recent restarts
     arange: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     all_bound: bool = False  # every slot has an agent
     identity: bool = False  # slot i's agent is row i of ``dec`` for every slot
@@ -164,13 +166,19 @@ class UnityVecEnv(VecEnv):
     :param add_group_reward: add the group reward to each slot's reward.
     :param restart_on_crash: re-open a crashed instance instead of raising (needs strings or
         factories, not ``BaseEnv`` objects).
-    :param max_restarts: restarts allowed per instance before its crash is raised.
+    :param max_restarts: restarts allowed per instance over its lifetime before its crash is
+        raised (ML-Agents' ``max_lifetime_restarts``); -1 for no limit.
     :param other_behaviors: ``f(behavior_name, decision_steps) -> ActionTuple | None`` that
         answers agents of the scene's other behaviors; ``None`` answers them with zeros.
     :param open_kwargs: keyword arguments for ``open_unity`` (strings only).
     :param max_idle_steps: Unity steps to advance, when no slot's agent asks, before giving up.
     :param restart_backoff: seconds; the k-th restart of an instance waits
         ``restart_backoff * (2**k - 1)`` seconds first (at most 60 s).
+    :param restarts_rate_limit_n: restarts allowed per instance within any
+        ``restarts_rate_limit_period_s`` seconds; one more crash in that window is raised
+        (ML-Agents' ``restarts_rate_limit_n``, whose default is 1). -1 (the default here): no
+        rate limit, only ``max_restarts`` and the backoff.
+    :param restarts_rate_limit_period_s: the window of ``restarts_rate_limit_n``, in seconds.
     """
 
     def __init__(
@@ -189,6 +197,8 @@ class UnityVecEnv(VecEnv):
         open_kwargs: dict[str, Any] | None = None,
         max_idle_steps: int = 1000,
         restart_backoff: float = 1.0,
+        restarts_rate_limit_n: int = -1,
+        restarts_rate_limit_period_s: float = 60.0,
     ) -> None:
         sources = [env] if isinstance(env, (str, BaseEnv)) or callable(env) else list(env)
         if not sources:
@@ -199,8 +209,17 @@ class UnityVecEnv(VecEnv):
             raise ValueError(f"max_idle_steps must be >= 1, got {max_idle_steps}")
         self.open_kwargs = dict(open_kwargs or {})
         self.restart_on_crash = restart_on_crash
+        for name, value in (("max_restarts", max_restarts), ("restarts_rate_limit_n", restarts_rate_limit_n)):
+            if int(value) < -1:
+                raise UnityConfigurationError(f"{name} must be >= 0, or -1 for no limit; got {value}")
+        if restarts_rate_limit_period_s <= 0:
+            raise UnityConfigurationError(
+                f"restarts_rate_limit_period_s must be a positive number of seconds, got {restarts_rate_limit_period_s}"
+            )
         self.max_restarts = int(max_restarts)
         self.restart_backoff = float(restart_backoff)
+        self.restarts_rate_limit_n = int(restarts_rate_limit_n)
+        self.restarts_rate_limit_period_s = float(restarts_rate_limit_period_s)
         self.other_behaviors = other_behaviors
         self.add_group_reward = add_group_reward
         self.max_idle_steps = int(max_idle_steps)
@@ -264,14 +283,17 @@ class UnityVecEnv(VecEnv):
         self.closed = False
 
     # ------------------------------------------------------------------ opening
-    def _open(self, source: EnvSource, worker_id: int) -> BaseEnv:
+    def _open(self, source: EnvSource, worker_id: int, restart: bool = False) -> BaseEnv:
         if isinstance(source, BaseEnv):
             return source
         if isinstance(source, str):
             from unity_sb3.unity.connect import open_unity
 
             base = self.open_kwargs.get("worker_id", 0)  # open_kwargs["worker_id"] shifts every instance's
-            return open_unity(source, **{**self.open_kwargs, "worker_id": base + worker_id})
+            kwargs = {**self.open_kwargs, "worker_id": base + worker_id}
+            if restart:  # another program may have taken the crashed instance's port meanwhile
+                kwargs["find_free_port"] = True
+            return open_unity(source, **kwargs)
         if callable(source):
             env = source()
             if not isinstance(env, BaseEnv):
@@ -325,7 +347,11 @@ class UnityVecEnv(VecEnv):
                 "become the slots (the others are answered by other_behaviors, zeros by default)"
             )
         if behavior_name not in names:
-            raise UnityConfigurationError(f"behavior {behavior_name!r} not found; the scene has {names}")
+            close = difflib.get_close_matches(behavior_name, names, n=1, cutoff=0.5)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise UnityConfigurationError(
+                f"behavior {behavior_name!r} not found; the scene has {names}{hint}"
+            )
         return behavior_name
 
     def _reset_and_count(self, num_slots: int | Sequence[int] | None) -> tuple[list[int], bool]:
@@ -684,11 +710,15 @@ class UnityVecEnv(VecEnv):
             return exc
 
     def _crash_error(self, inst: _Instance, exc: BaseException, detail: str) -> UnityProcessError:
+        exit_code = getattr(exc, "exit_code", None)
+        process = getattr(inst.env, "process", None)
+        if exit_code is None and process is not None:
+            exit_code = process.poll()
         error = UnityProcessError(
             inst.worker_id,
             detail=f"{detail}: {type(exc).__name__}: {exc}",
-            exit_code=getattr(exc, "exit_code", None),
-            log_path=getattr(exc, "log_path", None),
+            exit_code=exit_code,
+            log_path=getattr(exc, "log_path", None) or _str_or_none(getattr(inst.env, "log_path", None)),
         )
         error.__cause__ = exc
         return error
@@ -701,16 +731,21 @@ class UnityVecEnv(VecEnv):
                 "crashed or stopped answering (pass restart_on_crash=True to re-open it automatically)",
             )
         last = exc
-        while inst.restarts < self.max_restarts:
+        _kill_if_hung(inst.env, exc)
+        while self.max_restarts < 0 or inst.restarts < self.max_restarts:
+            refused = self._rate_limited(inst)
+            if refused:
+                raise self._crash_error(inst, last, refused)
             wait = min(self.restart_backoff * (2**inst.restarts - 1), 60.0)
             inst.restarts += 1
+            inst.restart_times.append(time.monotonic())
             if wait > 0:
                 time.sleep(wait)
             with contextlib.suppress(Exception):  # the crashed instance may not close cleanly
                 inst.env.close()
             try:
                 assert inst.source is not None
-                inst.env = self._open(inst.source, inst.worker_id)
+                inst.env = self._open(inst.source, inst.worker_id, restart=True)
                 spec = inst.env.behavior_specs.get(self.behavior_name)
                 if spec != self.behavior_spec:
                     raise UnityConfigurationError(
@@ -723,11 +758,13 @@ class UnityVecEnv(VecEnv):
                 if isinstance(again, UnityConfigurationError):
                     raise
                 last = again
+                _kill_if_hung(inst.env, again)
                 continue
             n = inst.n
+            limit = "no limit" if self.max_restarts < 0 else f"at most {self.max_restarts}"
             warnings.warn(
                 f"UnityVecEnv: Unity worker {inst.worker_id} crashed ({type(exc).__name__}: {exc}); "
-                f"restarted it ({inst.restarts} of at most {self.max_restarts})",
+                f"restarted it ({inst.restarts} of {limit})",
                 stacklevel=3,
             )
             return _StepResult(
@@ -739,6 +776,26 @@ class UnityVecEnv(VecEnv):
                 restarted=True,
             )
         raise self._crash_error(inst, last, f"crashed again after {self.max_restarts} restarts")
+
+    def _rate_limited(self, inst: _Instance) -> str | None:
+        """Why the next restart of ``inst`` is refused by the rate limit, or ``None``."""
+        if self.restarts_rate_limit_n < 0:
+            return None
+        cutoff = time.monotonic() - self.restarts_rate_limit_period_s
+        inst.restart_times = [t for t in inst.restart_times if t > cutoff]
+        if len(inst.restart_times) < self.restarts_rate_limit_n:
+            return None
+        return (
+            f"crashed again after {len(inst.restart_times)} restart(s) within "
+            f"{self.restarts_rate_limit_period_s:g} s (restarts_rate_limit_n={self.restarts_rate_limit_n}, "
+            f"restarts_rate_limit_period_s={self.restarts_rate_limit_period_s:g}); a scene that crashes this "
+            "often needs fixing (see its log), or raise the limits"
+        )
+
+    @property
+    def restart_counts(self) -> list[int]:
+        """How many times each Unity instance was restarted (one entry per instance)."""
+        return [inst.restarts for inst in self._instances]
 
     # ------------------------------------------------------------------ masks, info
     def action_masks(self) -> np.ndarray:
@@ -905,6 +962,21 @@ class UnityVecEnv(VecEnv):
 
 
 # ---------------------------------------------------------------------- helpers
+def _str_or_none(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def _kill_if_hung(env: BaseEnv, exc: BaseException) -> None:
+    """Kill the process of an instance that stopped answering: it cannot read a polite goodbye,
+    and ``close()`` would otherwise wait for it before terminating it."""
+    if not isinstance(exc, TimeoutError | UnityTimeOutException):
+        return
+    process = getattr(env, "process", None)
+    if process is not None and process.poll() is None:
+        with contextlib.suppress(OSError):
+            process.kill()
+
+
 def _call(fn: Callable[[], Any], collect_errors: bool) -> Any:
     if not collect_errors:
         return fn()
