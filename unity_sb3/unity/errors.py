@@ -78,6 +78,35 @@ class UnityPortInUseError(UnityWorkerInUseException):
         Exception.__init__(self, message)
 
 
+class UnityObservationError(RuntimeError):
+    """Unity sent NaN or infinite observations or rewards (``mlagents_envs`` refuses them).
+
+    A ``RuntimeError`` as ``mlagents_envs``' own, and not a ``UnityException``: the data is bad,
+    the process is not, so restarting it would not help.
+
+    :param worker_id: the worker id of the instance that sent them.
+    :param problems: ``(behavior, agent_id, what)`` for each bad value found, e.g.
+        ``("3DBall?team=0", 4, "NaN in observation 0 ('VectorSensor')")``.
+    :param detail: ``mlagents_envs``' own message.
+    """
+
+    def __init__(self, worker_id: int, problems: list[tuple[str, int, str]], detail: str = "") -> None:
+        self.worker_id = worker_id
+        self.problems = list(problems)
+        if problems:
+            behavior, agent, what = problems[0]
+            where = f"{what} of agent {agent} of behavior {behavior!r}"
+            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        else:
+            where, more = detail or "non-finite values", ""
+        super().__init__(
+            f"Unity worker {worker_id} sent {where}{more}. Non-finite values cannot be trained on; check "
+            "that agent's CollectObservations, sensors and AddReward calls for a division by zero, an "
+            "uninitialised or destroyed object, or a physics body that flew away, and clamp or normalise "
+            "the values."
+        )
+
+
 class UnityConfigurationError(UnityEnvironmentException, ValueError):
     """Bad user input: unknown behavior, missing executable, bad option or parameter."""
 
