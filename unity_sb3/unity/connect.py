@@ -47,6 +47,7 @@ from unity_sb3.unity.errors import (
     UnityConfigurationError,
     UnityExecutableError,
     UnityExecutableNotFoundError,
+    UnityObservationError,
     UnityPortInUseError,
     UnityProcessError,
     UnityTimeoutError,
@@ -400,6 +401,28 @@ def _signal_group(process: subprocess.Popen, sig: signal.Signals) -> None:
         pass
 
 
+def _non_finite(output: Any) -> list[tuple[str, int, str]]:
+    """``(behavior, agent_id, what)`` for every NaN/inf observation or reward in a ``UnityRLOutputProto``."""
+    import numpy as np
+
+    found = []
+    for behavior, infos in output.agentInfos.items():
+        for info in infos.value:
+            for index, obs in enumerate(info.observations):
+                if obs.WhichOneof("observation_data") != "float_data":
+                    continue
+                values = np.asarray(obs.float_data.data, dtype=np.float32)
+                if not np.isfinite(values).all():
+                    kind = "NaN" if np.isnan(values).any() else "infinite values"
+                    name = f" ({obs.name!r})" if obs.name else ""
+                    found.append((behavior, info.id, f"{kind} in observation {index}{name}"))
+            for field in ("reward", "group_reward"):
+                value = getattr(info, field)
+                if not np.isfinite(value):
+                    found.append((behavior, info.id, f"a {'NaN' if np.isnan(value) else 'infinite'} {field}"))
+    return found
+
+
 def _default_log_folder() -> Path:
     uid = os.getuid() if hasattr(os, "getuid") else "user"
     return Path(tempfile.gettempdir()) / f"unity_sb3-{uid}" / "logs"
@@ -641,6 +664,14 @@ class LocalUnityEnvironment(UnityEnvironment):
             detail=detail,
             process_name=self._process_name,
         )
+
+    def _update_state(self, output: Any) -> None:
+        try:
+            super()._update_state(output)
+        except RuntimeError as error:  # rpc_utils' NaN/Inf check names neither behavior nor agent
+            if "NaN" not in str(error) and "Infinite" not in str(error):
+                raise
+            raise UnityObservationError(self._worker_id, _non_finite(output), str(error)) from error
 
     def reset(self) -> None:
         self._check_open()
