@@ -225,7 +225,12 @@ class BehaviorSpaces:
         return bool(self.continuous_size and self.branches)
 
     def _continuous(self, value: Any, n: int) -> np.ndarray:
-        arr = np.asarray(value, dtype=np.float32)
+        try:
+            arr = np.asarray(value, dtype=np.float32)
+        except (TypeError, ValueError) as error:
+            raise ValueError(
+                f"continuous actions must be numbers, got {type(value).__name__} {_preview(value)} ({error})"
+            ) from None
         if arr.shape != (n, self.continuous_size):
             arr = _reshape_or_raise(arr, (n, self.continuous_size), "continuous actions")
         if not np.all(np.isfinite(arr)):
@@ -266,7 +271,11 @@ class BehaviorSpaces:
         disc = np.zeros((n, k), dtype=np.int32)
         if c and k:
             if self.hybrid == "box":
-                arr = _reshape_or_raise(np.asarray(actions, dtype=np.float32), (n, c + k), "hybrid actions")
+                arr = _reshape_or_raise(self._continuous_like(actions), (n, c + k), "hybrid actions")
+                if not np.all(np.isfinite(arr)):  # NaN would pick a garbage branch value
+                    raise ValueError(
+                        "hybrid actions contain NaN or infinite values; check the policy's outputs"
+                    )
                 cont = self._continuous(arr[:, :c], n)
                 disc = box_to_discrete(arr[:, c:], self.branches)
             elif self.hybrid == "tuple":
@@ -283,6 +292,14 @@ class BehaviorSpaces:
         elif k:
             disc = self._discrete(actions, n)
         return ActionTuple(continuous=cont, discrete=disc)
+
+    def _continuous_like(self, value: Any) -> np.ndarray:
+        try:
+            return np.asarray(value, dtype=np.float32)
+        except (TypeError, ValueError) as error:
+            raise ValueError(
+                f"hybrid actions must be numbers, got {type(value).__name__} {_preview(value)} ({error})"
+            ) from None
 
     def from_unity_actions(self, continuous: np.ndarray | None, discrete: np.ndarray | None) -> Any:
         """Inverse of :meth:`to_unity_actions`: Unity's action arrays -> a batch in the space."""
@@ -343,6 +360,11 @@ def zeros_like_space(space: spaces.Space, n: int) -> Any:
     if isinstance(space, spaces.Tuple):
         return tuple(zeros_like_space(s, n) for s in space.spaces)
     return np.zeros((n, *space.shape), dtype=space.dtype)
+
+
+def _preview(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _reshape_or_raise(arr: np.ndarray, shape: tuple[int, ...], what: str) -> np.ndarray:
