@@ -347,6 +347,9 @@ class UnityVecEnv(VecEnv):
                 "become the slots (the others are answered by other_behaviors, zeros by default)"
             )
         if behavior_name not in names:
+            same = [n for n in names if n.split("?", 1)[0] == behavior_name]  # "3DBall" for "3DBall?team=0"
+            if len(same) == 1:
+                return same[0]
             close = difflib.get_close_matches(behavior_name, names, n=1, cutoff=0.5)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             raise UnityConfigurationError(
@@ -472,6 +475,8 @@ class UnityVecEnv(VecEnv):
     # ------------------------------------------------------------------ step
     def step_async(self, actions: np.ndarray) -> None:
         self._check_open()
+        if actions is None:
+            raise ValueError(f"actions is None; pass one action per slot ({self.num_envs} slots)")
         self._actions = actions
 
     def step_wait(self) -> VecEnvStepReturn:
