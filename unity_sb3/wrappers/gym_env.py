@@ -29,6 +29,7 @@ Episode semantics (how Unity's auto-reset meets gymnasium's ``reset``):
 
 from __future__ import annotations
 
+import difflib
 import warnings
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
@@ -134,7 +135,9 @@ def resolve_behavior(env: BaseEnv, behavior_name: str | None) -> str:
     matches = [n for n in names if split_behavior_name(n)[0] == behavior_name]
     if len(matches) == 1:
         return matches[0]
-    raise UnityConfigurationError(f"unknown behavior {behavior_name!r}; the scene has {names}")
+    close = difflib.get_close_matches(behavior_name, names, n=1, cutoff=0.5)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    raise UnityConfigurationError(f"unknown behavior {behavior_name!r}; the scene has {names}{hint}")
 
 
 def subset_decision_steps(steps: DecisionSteps, rows: np.ndarray) -> DecisionSteps:
