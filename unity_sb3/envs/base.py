@@ -21,6 +21,7 @@ A scene subclass declares its spec and parameters and implements ``_on_episode_b
 
 from __future__ import annotations
 
+import difflib
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
@@ -112,9 +113,11 @@ class EmbeddedScene(BaseEnv):
     def _validate_params(cls, params: Mapping[str, Any]) -> dict[str, Any]:
         unknown = sorted(set(params) - set(cls.PARAMS))
         if unknown:
+            close = difflib.get_close_matches(unknown[0], list(cls.PARAMS), n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
             raise UnityConfigurationError(
                 f"Unknown parameter(s) {', '.join(map(repr, unknown))} for scene {cls.scene_name}; "
-                f"valid parameters: {', '.join(sorted(cls.PARAMS))}."
+                f"valid parameters: {', '.join(sorted(cls.PARAMS))}.{hint}"
             )
         out = dict(cls.PARAMS)
         for key, value in params.items():
