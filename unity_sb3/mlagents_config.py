@@ -951,7 +951,40 @@ def prepare_model_args(
         kwargs["policy_kwargs"] = parse_policy_kwargs(kwargs["policy_kwargs"])
     if policy == "auto":
         policy = _auto_policy(env.observation_space)
+    _check_hyperparameter_names(algo, kwargs)
     return policy, kwargs
+
+
+def _check_hyperparameter_names(algo: str, kwargs: Mapping[str, Any]) -> None:
+    """A misspelt hyperparameter gets its closest valid name (instead of ``__init__``'s TypeError)."""
+    import inspect
+
+    from unity_sb3.algorithms.registry import algorithm_class
+
+    try:
+        cls = algorithm_class(algo)
+    except (ValueError, ImportError):
+        return
+    names: set[str] = set()
+    for klass in cls.__mro__:  # subclasses hand **kwargs on to their parents
+        init = klass.__dict__.get("__init__")
+        if init is None:
+            continue
+        params = inspect.signature(init).parameters.values()
+        names.update(p.name for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD))
+        if not any(p.kind == p.VAR_KEYWORD for p in params):
+            break
+    else:
+        return  # takes any keyword: nothing to check against
+    names = {n for n in names if not n.startswith("_")} - {"self", "policy", "env"}
+    for key in kwargs:
+        if key not in names:
+            close = difflib.get_close_matches(str(key), sorted(names), n=1, cutoff=0.6)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise ValueError(
+                f"Unknown hyperparameter {key!r} for {algo} ({cls.__name__}).{hint} "
+                f"Valid ones: {', '.join(sorted(names))}."
+            )
 
 
 def mlagents_callbacks(open_kwargs: Mapping[str, Any], behavior: str | None = None) -> list[Any]:
