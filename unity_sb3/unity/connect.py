@@ -196,7 +196,9 @@ class LoopbackRpcCommunicator(RpcCommunicator):
 
     def create_server(self) -> None:
         self.check_port(self.port)
-        server = grpc.server(ThreadPoolExecutor(max_workers=4), options=(("grpc.so_reuseport", 0),))
+        # kept to shut down in close(): grpc's server.stop() leaves its executor's threads running
+        self._executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix=f"unity-grpc-{self.port}")
+        server = grpc.server(self._executor, options=(("grpc.so_reuseport", 0),))
         servicer = _Servicer()
         add_UnityToExternalProtoServicer_to_server(servicer, server)
         host = self.bind_address.strip("[]")
@@ -207,6 +209,7 @@ class LoopbackRpcCommunicator(RpcCommunicator):
             bound = 0
         if bound != self.port:
             server.stop(None)
+            self._executor.shutdown(wait=False)
             raise UnityPortInUseError(
                 self.port,
                 self.worker_id,
@@ -252,6 +255,8 @@ class LoopbackRpcCommunicator(RpcCommunicator):
         time.sleep(0.05)
         self.unity_to_external.parent_conn.close()
         self.server.stop(None)
+        self._executor.shutdown(wait=False)
+        self.unity_to_external.child_conn.close()  # a socket pair: one fd per end
 
 
 # --------------------------------------------------------------------------------------------
