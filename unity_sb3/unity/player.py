@@ -526,6 +526,17 @@ def player_errors(env: Any, *, name: str = "stand-in player", log_path: str | No
 # -- command line ------------------------------------------------------------------------------
 
 
+def _port(text: str) -> int:
+    """``--mlagents-port``: an int in 1-65535 (a bad one would wait for Python forever)."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"port {port} is out of range 1-65535")
+    return port
+
+
 def _argument_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m unity_sb3.unity.player",
@@ -533,7 +544,7 @@ def _argument_parser() -> argparse.ArgumentParser:
         allow_abbrev=False,
     )
     parser.add_argument("scene", help="embedded scene name, or module:factory / file.py:factory")
-    parser.add_argument("--mlagents-port", type=int, required=True, help="Python's gRPC port")
+    parser.add_argument("--mlagents-port", type=_port, required=True, help="Python's gRPC port")
     parser.add_argument("--seed", type=int, default=0, help="seed before the handshake's seed arrives")
     parser.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="scene parameter")
     parser.add_argument("--timeout", type=float, default=None, help="seconds to wait for each answer")
