@@ -154,8 +154,9 @@ class ScriptedEnv(BaseEnv):
     :param crash_error: the exception class raised (a ``UnityException`` by default).
     :param strict: raise on a request left unanswered at ``step()`` (besides recording it).
     :param list_group_ids: give ``group_id`` as a Python list, exactly as ``mlagents_envs``'
-        ``rpc_utils`` does for a real Unity build (so ``steps.group_id[index_array]`` fails there);
-        the default gives an int32 array, like the embedded scenes.
+        ``rpc_utils`` does for a real Unity build (so ``steps.group_id[index_array]`` fails there).
+        This is the default, so every wrapper test meets the real type; ``False`` gives an int32
+        array, like the embedded scenes.
     """
 
     def __init__(
@@ -166,7 +167,7 @@ class ScriptedEnv(BaseEnv):
         crash_in: str = "step",
         crash_error: type[Exception] = UnityCommunicatorStoppedException,
         strict: bool = False,
-        list_group_ids: bool = False,
+        list_group_ids: bool = True,
     ) -> None:
         if isinstance(behaviors, ScriptedBehavior):
             behaviors = {DEFAULT_BEHAVIOR: behaviors}

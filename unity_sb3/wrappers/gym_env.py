@@ -148,7 +148,7 @@ def subset_decision_steps(steps: DecisionSteps, rows: np.ndarray) -> DecisionSte
         steps.reward[rows],
         steps.agent_id[rows],
         mask,
-        steps.group_id[rows],
+        np.asarray(steps.group_id, dtype=np.int32)[rows],
         steps.group_reward[rows],
     )
 
