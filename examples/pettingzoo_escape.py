@@ -1,7 +1,7 @@
 """Escape under the PettingZoo API: random and scripted-expert play, then POCA through an adapter.
 
     python examples/pettingzoo_escape.py
-    python examples/pettingzoo_escape.py --episodes 20 --timesteps 100000
+    python examples/pettingzoo_escape.py --episodes 20 --seed 1
 
 ``unity_sb3.UnityParallelEnv`` presents every Unity agent as a PettingZoo agent with a stable
 name (``DungeonEscape_0``, ...). Discrete behaviors get ``{"observation", "action_mask"}``
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> dict[str, tuple[int, int]]:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--episodes", type=int, default=10, help="episodes each policy plays")
-    parser.add_argument("--timesteps", type=int, default=100_000, help="POCA training, agent decisions")
+    parser.add_argument("--timesteps", type=int, default=300_000, help="POCA training, agent decisions")
     parser.add_argument("--n-steps", type=int, default=512, help="POCA rollout length per agent")
     parser.add_argument("--max-steps", type=int, default=100, help="steps before an episode times out")
     parser.add_argument("--seed", type=int, default=0)

@@ -37,8 +37,12 @@ def main(argv: list[str] | None = None) -> float:
     args = parser.parse_args(argv)
 
     # Every agent of the behavior becomes a slot. "auto" runs an embedded scene in this process;
-    # builds and the Editor always talk gRPC.
-    open_kwargs = {"seed": args.seed, "transport": "player" if args.player else "auto"}
+    # builds and the Editor always talk gRPC (on port 5005, or the next free one).
+    open_kwargs = {
+        "seed": args.seed,
+        "transport": "player" if args.player else "auto",
+        "find_free_port": True,
+    }
     env = VecMonitor(unity_sb3.UnityVecEnv("Ball3D", open_kwargs=open_kwargs))
     print(f"{env.num_envs} slots, observations {env.observation_space}, actions {env.action_space}")
 
