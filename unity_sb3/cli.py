@@ -36,6 +36,7 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--checkpoint-every", type=int, default=50_000, help="agent-steps between checkpoints")
     p.add_argument("--keep-checkpoints", type=int, default=5)
     p.add_argument("--device", default="auto")
+    p.add_argument("--num-threads", type=int, default=1, help="torch CPU threads (0: torch's default)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("-v", "--verbose", type=int, default=0)
 

@@ -72,6 +72,8 @@ def make_vec_env(config: RunConfig, monitor_file: str | Path | None = None):
     }
     if config.env in list_scenes():
         open_kwargs.setdefault("transport", config.transport)
+        # our own player can take any port; a real build may have been started for a known one
+        open_kwargs.setdefault("find_free_port", True)
     targets = [config.env] * config.num_envs
     env = UnityVecEnv(targets, behavior_name=config.behavior, open_kwargs=open_kwargs)
     return VecMonitor(env, filename=str(monitor_file) if monitor_file else None)
@@ -100,6 +102,7 @@ def train(
     keep_checkpoints: int = 5,
     device: str = "auto",
     verbose: int = 0,
+    num_threads: int | None = 1,
 ) -> Path:
     """Train as ``unity-sb3 train`` does and return the path of the saved model.
 
@@ -111,8 +114,15 @@ def train(
     :param keep_checkpoints: how many checkpoints to keep.
     :param device: torch device.
     :param verbose: SB3 verbosity.
+    :param num_threads: torch CPU threads (``None``: torch's default). One is fastest for the
+        small networks these scenes use and leaves the other cores to Unity; more threads on a
+        busy machine make every update wait for the slowest.
     """
+    import torch
     from stable_baselines3.common.callbacks import CallbackList
+
+    if num_threads is not None:
+        torch.set_num_threads(num_threads)
 
     from unity_sb3.algorithms.registry import algorithm_class
     from unity_sb3.callbacks import (
@@ -218,9 +228,22 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     return config
 
 
+def _free_run_dir(results: Path, base: str) -> Path:
+    """``results/base``, or ``results/base-2``, ``-3``, ... when earlier runs hold those."""
+    candidate, k = results / base, 1
+    while candidate.exists() and any(candidate.iterdir()):
+        k += 1
+        candidate = results / f"{base}-{k}"
+    return candidate
+
+
 def train_from_args(args: argparse.Namespace) -> int:
-    run_id = args.run_id or f"{Path(args.env).name}_{args.algo}"
-    run_dir = Path(args.results_dir) / run_id
+    results = Path(args.results_dir)
+    default_id = f"{Path(args.env).name}_{args.algo}"
+    if args.run_id is None and not (args.resume or args.force):
+        run_dir = _free_run_dir(results, default_id)  # never overwrite an earlier run silently
+    else:
+        run_dir = results / (args.run_id or default_id)
     if run_dir.exists() and any(run_dir.iterdir()) and not (args.resume or args.force):
         print(
             f"{run_dir} already holds a run. Use --resume to continue it, --force to overwrite it, "
@@ -231,6 +254,7 @@ def train_from_args(args: argparse.Namespace) -> int:
         import shutil
 
         shutil.rmtree(run_dir)
+    print(f"Run folder: {run_dir}")
     config = config_from_args(args)
     train(
         config,
@@ -241,6 +265,7 @@ def train_from_args(args: argparse.Namespace) -> int:
         keep_checkpoints=args.keep_checkpoints,
         device=args.device,
         verbose=args.verbose,
+        num_threads=args.num_threads or None,
     )
     return 0
 
