@@ -3,7 +3,7 @@
 A run lives in ``results/<run-id>/``:
 
 - ``config.yaml``: the algorithm, environment and hyperparameters it ran with;
-- ``monitor.csv`` (``monitor-<k>.csv`` for each resumed segment): episode rewards/lengths;
+- ``monitor.csv`` (``resume-<k>.monitor.csv`` for each resumed segment): episode rewards/lengths;
 - ``tb/``: TensorBoard logs; ``checkpoints/``: periodic atomic checkpoints;
 - ``model.zip``: the final model (also written on Ctrl-C); ``learning_curve.png``.
 """
@@ -137,8 +137,9 @@ def train(
     run_dir = Path(run_dir)
     checkpoints = run_dir / "checkpoints"
     run_dir.mkdir(parents=True, exist_ok=True)
-    segment = len(list(run_dir.glob("monitor*.csv")))
-    monitor_file = run_dir / ("monitor.csv" if segment == 0 else f"monitor-{segment}.csv")
+    segment = len(_monitor_files(run_dir))
+    # SB3's monitor writer only keeps names that end in "monitor.csv"
+    monitor_file = run_dir / ("monitor.csv" if segment == 0 else f"resume-{segment}.monitor.csv")
     (run_dir / CONFIG_FILE).write_text(yaml.safe_dump(_plain(asdict(config)), sort_keys=False))
 
     algo_cls = algorithm_class(config.algo)
@@ -195,8 +196,9 @@ def train(
     finally:
         env.close()
     curve = run_dir / "learning_curve.png"
-    monitors = sorted(run_dir.glob("monitor*.csv"), key=lambda p: (len(p.name), p.name))
-    plot_learning_curve(monitors, curve, title=f"{config.algo.upper()} on {config.env}", concatenate=True)
+    plot_learning_curve(
+        _monitor_files(run_dir), curve, title=f"{config.algo.upper()} on {config.env}", concatenate=True
+    )
     state = "stopped early" if interrupted else "finished"
     print(f"Training {state} after {elapsed:.0f} s. Model: {model_path}  Learning curve: {curve}")
     return model_path
@@ -226,6 +228,15 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     if args.n_timesteps is not None:
         config.n_timesteps = args.n_timesteps
     return config
+
+
+def _monitor_files(run_dir: Path) -> list[Path]:
+    """The run's monitor files in training order: ``monitor.csv``, then each resumed segment."""
+
+    def order(path: Path) -> int:
+        return 0 if path.name == "monitor.csv" else int(path.name.split("-")[1].split(".")[0])
+
+    return sorted(run_dir.glob("*monitor.csv"), key=order)
 
 
 def _free_run_dir(results: Path, base: str) -> Path:
