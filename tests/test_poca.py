@@ -361,3 +361,23 @@ def test_pettingzoo_adapter_refuses_mixed_spaces():
     env.action_space = lambda agent: spaces.Discrete(2 if agent == "a0" else 3)
     with pytest.raises(ValueError, match="pad_action_space"):
         PettingZooVecEnv(env)
+
+
+def test_pettingzoo_adapter_takes_unity_groups_from_infos():
+    from unity_sb3 import UnityParallelEnv
+
+    # Escape with 6 agents: two rooms, i.e. two Unity groups of 3
+    penv = UnityParallelEnv("Escape", open_kwargs={"num_agents": 6, "seed": 0})
+    try:
+        venv = PettingZooVecEnv(penv)
+        venv.reset()
+        groups = [info["group_id"] for info in venv.reset_infos]
+        assert len(set(groups)) == 2 and sorted(groups.count(g) for g in set(groups)) == [3, 3]
+        _, _, _, infos = venv.step(np.zeros(6, dtype=int))
+        assert {info["group_id"] for info in infos if info["active"]} == set(groups)
+        # an explicit group_fn still wins
+        solo = PettingZooVecEnv(penv, group_fn=lambda _: 0)
+        solo.reset()
+        assert {info["group_id"] for info in solo.reset_infos} == {0}
+    finally:
+        penv.close()

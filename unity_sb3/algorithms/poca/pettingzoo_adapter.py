@@ -5,8 +5,8 @@ that terminates or truncates ends its slot's episode (``done=True``, ``terminal_
 ``TimeLimit.truncated``) and the slot stays *inactive* (placeholder observation,
 ``infos[i]["active"] = False``, its action dropped) until the whole PettingZoo episode ends,
 when the env is reset and every slot gets an agent of the new episode. Agents that appear
-mid-episode take a free slot. ``infos[i]`` carries ``group_id`` (from ``group_fn``; 0 = no
-group), ``group_reward`` (the env's ``infos[agent]["group_reward"]``, as ``UnityParallelEnv`` reports it;
+mid-episode take a free slot. ``infos[i]`` carries ``group_id`` (from ``group_fn``, else the
+env's own ``infos[agent]["group_id"]`` as ``UnityParallelEnv`` reports it, else 1; 0 = no group), ``group_reward`` (the env's ``infos[agent]["group_reward"]``, as ``UnityParallelEnv`` reports it;
 0 when absent: plain PettingZoo has no group reward), ``active`` and ``agent``.
 Observations in PettingZoo's ``{"observation", "action_mask"}`` form are unpacked: the slot
 observation is ``"observation"`` and the masks are served by ``action_masks()`` /
@@ -32,8 +32,9 @@ class PettingZooVecEnv(VecEnv):
     """Agents of a PettingZoo ``ParallelEnv`` as the slots of an SB3 VecEnv.
 
     :param env: the ParallelEnv; every agent must share one observation and one action space.
-    :param group_fn: ``agent_name -> group id``; default: all agents in group 1. Return 0 for
-        an agent without a group (a group of one).
+    :param group_fn: ``agent_name -> group id``; return 0 for an agent without a group (a
+        group of one). Default: the ``group_id`` the env reports in its infos (Unity groups
+        through ``UnityParallelEnv``), and group 1 for agents it reports none for.
     :param num_slots: number of slots (default ``len(env.possible_agents)``); more live agents
         than slots at once is an error.
     """
@@ -45,7 +46,8 @@ class PettingZooVecEnv(VecEnv):
         num_slots: int | None = None,
     ) -> None:
         self.env = env
-        self.group_fn = group_fn if group_fn is not None else (lambda _agent: 1)
+        self.group_fn = group_fn
+        self._env_groups: dict[str, int] = {}
         agents = list(env.possible_agents)
         if not agents:
             raise ValueError("The ParallelEnv has no possible_agents; cannot size the VecEnv.")
@@ -104,7 +106,17 @@ class PettingZooVecEnv(VecEnv):
         agent = self._slot_agent[slot]
         if agent is None:
             return {"active": False, "group_id": 0, "group_reward": 0.0, "agent": None}
-        return {"active": True, "group_id": int(self.group_fn(agent)), "group_reward": 0.0, "agent": agent}
+        return {"active": True, "group_id": self._group(agent), "group_reward": 0.0, "agent": agent}
+
+    def _group(self, agent: str) -> int:
+        if self.group_fn is not None:
+            return int(self.group_fn(agent))
+        return self._env_groups.get(agent, 1)
+
+    def _note_groups(self, env_infos: dict[str, Any]) -> None:
+        for agent, info in env_infos.items():
+            if isinstance(info, dict) and "group_id" in info:
+                self._env_groups[agent] = int(info["group_id"])
 
     def _assign(self, observations: dict[str, Any]) -> None:
         """Give every live agent without a slot a free one and store its observation."""
@@ -129,7 +141,9 @@ class PettingZooVecEnv(VecEnv):
     def _reset_env(self) -> None:
         seed = self._seeds[0] if self._seeds else None
         options = self._options[0] if self._options else {}
-        observations, _ = self.env.reset(seed=seed, options=options or None)
+        observations, env_infos = self.env.reset(seed=seed, options=options or None)
+        self._env_groups = {}
+        self._note_groups(env_infos)
         self._reset_seeds()
         for slot in range(self.num_envs):
             self._clear_slot(slot)
@@ -154,6 +168,7 @@ class PettingZooVecEnv(VecEnv):
         if isinstance(self.action_space, spaces.Discrete):
             actions = {agent: int(np.asarray(a).reshape(-1)[0]) for agent, a in actions.items()}
         observations, rewards, terminations, truncations, env_infos = self.env.step(actions)
+        self._note_groups(env_infos)
         n = self.num_envs
         step_rewards = np.zeros(n, dtype=np.float32)
         dones = np.zeros(n, dtype=bool)
