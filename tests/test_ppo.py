@@ -486,27 +486,23 @@ PYRAMIDS_PPO = {
 }
 
 
-@pytest.mark.slow
-def test_rnd_reaches_the_pyramid_where_plain_ppo_stays_near_zero():
-    # the benchmark (benchmarks/curiosity_pyramids.py) runs this with several seeds and curiosity too
-    steps, room = 100_000, 15
-    plain = _train_success(PPO("MlpPolicy", _pyramids_env(0, room_size=room), **PYRAMIDS_PPO), steps)
-    rnd = {
-        "strength": 0.1,
-        "learning_rate": 3e-4,
-        "network_settings": {"hidden_units": 64, "normalize": True},
+def test_signals_run_on_pyramids_lite_through_unity_vec_env():
+    # learning evidence on this scene is benchmarks/curiosity_pyramids.py (several seeds); this
+    # checks the integration: UnityVecEnv slots, terminal observations, logging of every signal
+    config = {
+        "extrinsic": {},
+        "curiosity": {"strength": 0.05, "network_settings": {"hidden_units": 32, "normalize": True}},
+        "rnd": {"strength": 0.1, "network_settings": {"hidden_units": 32, "normalize": True}},
     }
-    explorer = _train_success(
-        PPO(
-            "MlpPolicy",
-            _pyramids_env(0, room_size=room),
-            **PYRAMIDS_PPO,
-            reward_signals={"extrinsic": {}, "rnd": rnd},
-        ),
-        steps,
+    model = PPO(
+        "MlpPolicy", _pyramids_env(0, max_steps=20), **{**PYRAMIDS_PPO, "n_steps": 32}, reward_signals=config
     )
-    assert plain <= 0.05
-    assert explorer >= 0.1
+    model.learn(2 * 32 * model.n_envs)
+    buffer = model.rollout_buffer
+    assert buffer.dones.any()  # episodes ended inside the rollout (terminal observations used)
+    assert (buffer.head_rewards[..., 2] > 0).all()  # RND reward on every real step
+    logged = model.logger.name_to_value
+    assert "reward_signals/curiosity/inverse_loss" in logged and "reward_signals/rnd/loss" in logged
 
 
 def _drop_rate(model, steps: int | None, env=None, n: int = 4000) -> float:
