@@ -381,3 +381,19 @@ def test_pettingzoo_adapter_takes_unity_groups_from_infos():
         assert {info["group_id"] for info in solo.reset_infos} == {0}
     finally:
         penv.close()
+
+
+def test_poca_silences_the_plain_sb3_inactive_warning():
+    import warnings
+
+    from stable_baselines3.common.vec_env import VecMonitor
+
+    from unity_sb3 import UnityVecEnv
+
+    venv = UnityVecEnv("Escape", open_kwargs={"num_agents": 3, "seed": 0})
+    model = POCA("MlpPolicy", VecMonitor(venv), **SMALL)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        model.learn(256)  # agents die: inactive slots occur, and POCA skips them without a warning
+    assert venv.warn_inactive is False
+    venv.close()

@@ -61,6 +61,21 @@ EnvSource = BaseEnv | str | Callable[[], BaseEnv]
 OtherBehaviors = Callable[[str, DecisionSteps], ActionTuple | None]
 
 
+def mark_inactive_aware(env: VecEnv | None) -> None:
+    """Tell the :class:`UnityVecEnv` under ``env`` that its algorithm skips inactive steps.
+
+    Silences the one warning UnityVecEnv gives plain SB3 algorithms about placeholder steps.
+    Looks through ``VecEnvWrapper`` layers (VecMonitor, VecNormalize, ...); does nothing for
+    other VecEnvs.
+    """
+    from stable_baselines3.common.vec_env import VecEnvWrapper
+
+    while isinstance(env, VecEnvWrapper):
+        env = env.venv
+    if isinstance(env, UnityVecEnv):
+        env.warn_inactive = False
+
+
 class UnityNoDecisionError(RuntimeError):
     """Unity stepped ``max_idle_steps`` times without any slot's agent asking for a decision."""
 

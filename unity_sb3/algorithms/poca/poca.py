@@ -41,6 +41,7 @@ from torch.nn import functional as F
 
 from unity_sb3.algorithms.poca.buffers import POCARolloutBuffer
 from unity_sb3.algorithms.poca.policies import CnnPolicy, MlpPolicy, MultiInputPolicy, POCAPolicy
+from unity_sb3.wrappers.vec_env import mark_inactive_aware
 
 SelfPOCA = TypeVar("SelfPOCA", bound="POCA")
 
@@ -262,6 +263,7 @@ class POCA(OnPolicyAlgorithm):
             assert self.env is not None
             self._last_infos = self._initial_infos(self.env)
         self._slot_instances = self._find_slot_instances(self.env)  # type: ignore[arg-type]
+        mark_inactive_aware(self.env)  # POCA never trains on placeholder steps
         return result
 
     @staticmethod
