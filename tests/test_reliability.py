@@ -16,7 +16,6 @@ import socket
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 import warnings
 from pathlib import Path
@@ -164,7 +163,9 @@ def run_ppo_with_kills(tmp_path: Path, kills: int, signals: tuple, total: int, t
     steps = sorted(rng.choice(np.arange(5, vector_steps - 5), size=kills, replace=False).tolist())
     plan = {int(s): (int(rng.integers(0, 2)), signals[i % len(signals)]) for i, s in enumerate(steps)}
     callback = KillPlayers(plan)
-    model = PPO("MlpPolicy", VecMonitor(venv), n_steps=n_steps, batch_size=64, n_epochs=1, seed=0, device="cpu")
+    model = PPO(
+        "MlpPolicy", VecMonitor(venv), n_steps=n_steps, batch_size=64, n_epochs=1, seed=0, device="cpu"
+    )
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -205,7 +206,9 @@ def test_hung_player_is_killed_and_replaced(tmp_path, caplog):
         venv.step(random_actions(venv, 0))
         hung = venv.unity_envs[0].process
         os.kill(hung.pid, signal.SIGSTOP)
-        with pytest.warns(UserWarning, match=r"worker 0 crashed \(UnityTimeoutError.*did not answer within 2 s"):
+        with pytest.warns(
+            UserWarning, match=r"worker 0 crashed \(UnityTimeoutError.*did not answer within 2 s"
+        ):
             _, _, done, infos = venv.step(random_actions(venv, 1))
         assert hung.wait(timeout=10) == -signal.SIGKILL, "the hung player is killed, not left stopped"
         assert "did not exit within" not in caplog.text, "killed at once, not after close()'s grace period"
@@ -261,7 +264,10 @@ def test_fault_without_restart_names_worker_exit_code_and_log(tmp_path, fault):
 @pytest.mark.player
 def test_restart_moves_to_a_free_port_when_the_old_one_was_taken(tmp_path):
     venv = UnityVecEnv(
-        "Ball3D", open_kwargs=player_kwargs(tmp_path, find_free_port=False), restart_on_crash=True, restart_backoff=0
+        "Ball3D",
+        open_kwargs=player_kwargs(tmp_path, find_free_port=False),
+        restart_on_crash=True,
+        restart_backoff=0,
     )
     squatter = socket.socket()
     try:
@@ -310,7 +316,9 @@ def test_rate_limit_refuses_a_second_restart_within_the_period():
     venv.reset()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        with pytest.raises(UnityProcessError, match=r"worker 0: crashed again after 1 restart\(s\) within 60 s"):
+        with pytest.raises(
+            UnityProcessError, match=r"worker 0: crashed again after 1 restart\(s\) within 60 s"
+        ):
             step_until_error(venv, 10)
     assert venv.restart_counts == [1] and len(made) == 2
     venv.close()
@@ -365,3 +373,165 @@ def test_lifetime_limit_and_unlimited_restarts():
 def test_bad_restart_settings(kwargs, match):
     with pytest.raises(UnityConfigurationError, match=match):
         UnityVecEnv(lambda: ScriptedEnv([ScriptedAgent()]), restart_on_crash=True, **kwargs)
+
+
+# ---------------------------------------------------------------------- checkpoints
+def wait_for(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.2)
+
+
+def test_cli_train_interrupted_by_sigint_checkpoints_and_resumes_to_the_total(tmp_path):
+    from stable_baselines3 import PPO
+
+    from unity_sb3.callbacks import list_checkpoints
+
+    run_dir = tmp_path / "results" / "soak"
+    checkpoints = run_dir / "checkpoints"
+    base = [PYTHON, "-m", "unity_sb3.cli", "train", "--env", "Ball3D", "--transport", "inprocess"]
+    common = ["--results-dir", str(tmp_path / "results"), "--run-id", "soak", "--no-progress"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    process = subprocess.Popen(
+        [*base, *common, "--n-timesteps", "1000000", "--checkpoint-every", "1000"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        wait_for(lambda: list_checkpoints(checkpoints), 180, "the first periodic checkpoint")
+        process.send_signal(signal.SIGINT)
+        out, _ = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 0, out
+    assert "Interrupted: saved checkpoint" in out and "continue with --resume" in out
+    interrupted_at, newest = list_checkpoints(checkpoints)[-1]
+    assert interrupted_at > 1000, "the interrupt wrote its own checkpoint after the periodic one"
+    assert PPO.load(newest, device="cpu").num_timesteps == interrupted_at
+    assert (run_dir / "model.zip").is_file()
+
+    total = interrupted_at + 3000  # less than one more rollout (256 steps x 12 agents)
+    result = subprocess.run(
+        [*base, *common, "--n-timesteps", str(total), "--resume"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"at {interrupted_at} steps" in result.stdout
+    final = PPO.load(run_dir / "model.zip", device="cpu")
+    assert total <= final.num_timesteps < total + 256 * 12
+    assert len(list(run_dir.glob("*monitor.csv"))) == 2, "the resumed segment has its own monitor file"
+
+
+class ProbeAtCheckpoint(BaseCallback):
+    """Wraps a checkpoint callback: records ``probe(model)`` right when each checkpoint is written."""
+
+    def __init__(self, checkpoint, probe) -> None:
+        super().__init__()
+        self.checkpoint = checkpoint
+        self.probe = probe
+        self.seen: dict[str, dict] = {}
+
+    def _init_callback(self) -> None:
+        self.checkpoint.init_callback(self.model)
+
+    def _on_training_start(self) -> None:
+        self.checkpoint.on_training_start(self.locals, self.globals)
+
+    def _on_step(self) -> bool:
+        before = set(map(str, self.checkpoint.directory.glob("checkpoint_*.zip")))
+        self.checkpoint.on_step()
+        for path in set(map(str, self.checkpoint.directory.glob("checkpoint_*.zip"))) - before:
+            self.seen[Path(path).name] = self.probe(self.model)
+        return True
+
+
+def assert_same(expected: dict, actual: dict) -> None:
+    assert expected.keys() == actual.keys()
+    for key in expected:
+        # exact up to float rounding (attention's fused eval path differs by an ulp or so)
+        np.testing.assert_allclose(actual[key], expected[key], rtol=1e-5, atol=1e-7, err_msg=key)
+
+
+def test_curiosity_state_is_part_of_every_checkpoint(tmp_path):
+    from unity_sb3 import PPO
+    from unity_sb3.callbacks import AtomicCheckpointCallback, list_checkpoints
+
+    torch.set_num_threads(1)
+    venv = UnityVecEnv("Ball3D", open_kwargs={"num_agents": 4})
+    rng = np.random.default_rng(0)
+    obs = rng.normal(size=(8, *venv.observation_space.shape)).astype(np.float32)
+    next_obs = rng.normal(size=(8, *venv.observation_space.shape)).astype(np.float32)
+    actions = rng.uniform(-1, 1, (8, 2)).astype(np.float32)
+
+    def probe(model) -> dict:
+        rewards = model.intrinsic_rewards(obs, actions, next_obs)
+        with torch.no_grad():
+            values = model.policy.predict_values(torch.as_tensor(obs)).numpy()
+        return {"curiosity": rewards["curiosity"], "values": values}
+
+    signals = {"extrinsic": {}, "curiosity": {"strength": 0.1, "network_settings": {"hidden_units": 16}}}
+    model = PPO(
+        "MlpPolicy", venv, n_steps=16, batch_size=32, n_epochs=1, seed=0, reward_signals=signals, device="cpu"
+    )
+    callback = ProbeAtCheckpoint(AtomicCheckpointCallback(64, tmp_path, keep_last=2), probe)
+    model.learn(64 * 5, callback=callback)
+    venv.close()
+    kept = list_checkpoints(tmp_path)
+    assert len(kept) == 2
+    for _, path in kept:
+        loaded = PPO.load(path, device="cpu")
+        assert_same(callback.seen[path.name], probe(loaded))
+    assert not np.array_equal(
+        callback.seen[kept[0][1].name]["curiosity"], callback.seen[kept[1][1].name]["curiosity"]
+    )
+
+
+def test_poca_critic_and_baseline_are_part_of_every_checkpoint(tmp_path):
+    from unity_sb3 import POCA
+    from unity_sb3.callbacks import AtomicCheckpointCallback, list_checkpoints
+
+    torch.set_num_threads(1)
+    venv = UnityVecEnv("Escape", add_group_reward=True)
+    rng = np.random.default_rng(0)
+    obs = torch.as_tensor(rng.normal(size=(4, 3, *venv.observation_space.shape)).astype(np.float32))
+    mask = torch.tensor([[True, True, True], [True, False, True], [True, False, False], [True, True, False]])
+    mate_actions = torch.as_tensor(rng.integers(0, 5, (4, 2, 1)).astype(np.float32))
+
+    def probe(model) -> dict:
+        with torch.no_grad():
+            values = model.policy.predict_group_values(obs, mask).numpy()
+            baselines = model.policy.predict_baselines(
+                obs[:, 0], obs[:, 1:], mate_actions, mask[:, 1:]
+            ).numpy()
+        return {"values": values, "baselines": baselines}
+
+    model = POCA(
+        "MlpPolicy",
+        venv,
+        n_steps=16,
+        batch_size=24,
+        n_epochs=1,
+        seed=0,
+        policy_kwargs={"net_arch": [32], "critic_embed_dim": 16},
+        device="cpu",
+    )
+    callback = ProbeAtCheckpoint(AtomicCheckpointCallback(48, tmp_path, keep_last=2), probe)
+    model.learn(48 * 4, callback=callback)
+    venv.close()
+    kept = list_checkpoints(tmp_path)
+    assert len(kept) == 2
+    for _, path in kept:
+        assert_same(callback.seen[path.name], probe(POCA.load(path, device="cpu")))
+    first, second = (callback.seen[p.name] for _, p in kept)
+    assert not np.array_equal(first["values"], second["values"]), "the critic trained between checkpoints"
