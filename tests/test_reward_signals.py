@@ -94,7 +94,7 @@ def test_bc_hook_without_bc_module_raises_not_implemented(monkeypatch):
     import sys
 
     monkeypatch.setitem(sys.modules, "unity_sb3.algorithms.bc", None)  # import fails like a missing file
-    with pytest.raises(NotImplementedError, match="needs unity_sb3.algorithms.bc"):
+    with pytest.raises(NotImplementedError, match=r"needs unity_sb3\.algorithms\.bc"):
         make_bc_module(object(), {"demo_path": "x.demo"})
     assert make_bc_module(object(), None) is None
 
