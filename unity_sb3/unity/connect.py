@@ -31,6 +31,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import warnings
 import weakref
@@ -363,6 +364,7 @@ class _Resources:
         self.close_timeout = close_timeout
         self.connected = False  # a process that never connected will not read the goodbye
         self.closed = False
+        _OPEN.add(self)
 
     def close(self) -> None:
         if self.closed:
@@ -394,6 +396,25 @@ class _Resources:
             self.output.close()
         for directory in self.temp_dirs:
             shutil.rmtree(directory, ignore_errors=True)
+
+
+_OPEN: weakref.WeakSet[_Resources] = weakref.WeakSet()
+
+
+def _close_all_at_shutdown() -> None:
+    """Close every environment still open when the interpreter shuts down.
+
+    Runs before ``concurrent.futures`` joins its worker threads at shutdown (threading's exit
+    hooks run last-registered first): a gRPC worker waiting in ``Exchange`` for Python's next
+    message would otherwise never return, and the interpreter would hang instead of exiting.
+    """
+    for resources in list(_OPEN):
+        with contextlib.suppress(Exception):
+            resources.close()
+
+
+if hasattr(threading, "_register_atexit"):  # CPython >= 3.9
+    threading._register_atexit(_close_all_at_shutdown)
 
 
 def _signal_group(process: subprocess.Popen, sig: signal.Signals) -> None:
