@@ -535,3 +535,118 @@ def test_poca_critic_and_baseline_are_part_of_every_checkpoint(tmp_path):
         assert_same(callback.seen[path.name], probe(POCA.load(path, device="cpu")))
     first, second = (callback.seen[p.name] for _, p in kept)
     assert not np.array_equal(first["values"], second["values"]), "the critic trained between checkpoints"
+
+
+def test_sac_checkpoint_with_replay_buffer_resumes_where_it_stopped(tmp_path):
+    from unity_sb3 import SAC
+    from unity_sb3.callbacks import AtomicCheckpointCallback, latest_checkpoint
+
+    torch.set_num_threads(1)
+    venv = UnityVecEnv("Ball3D", open_kwargs={"num_agents": 4})
+    kwargs = {"learning_starts": 16, "buffer_size": 2000, "batch_size": 32, "seed": 0, "device": "cpu"}
+    model = SAC("MlpPolicy", venv, policy_kwargs={"net_arch": [16]}, **kwargs)
+    checkpoint = AtomicCheckpointCallback(100, tmp_path, keep_last=1, save_replay_buffer=True)
+    model.learn(400, callback=checkpoint)
+    newest = latest_checkpoint(tmp_path)
+    assert newest is not None and (tmp_path / "replay_buffer.pkl").is_file()
+    resumed = SAC.load(newest, env=venv, device="cpu")
+    resumed.load_replay_buffer(tmp_path / "replay_buffer.pkl")
+    # SB3 calls callbacks before it stores the step's transitions: the buffer is one vector step behind
+    assert resumed.replay_buffer.size() == resumed.num_timesteps // venv.num_envs - 1
+    np.testing.assert_array_equal(
+        resumed.replay_buffer.observations[: resumed.replay_buffer.size()],
+        model.replay_buffer.observations[: resumed.replay_buffer.size()],
+    )
+    resumed.learn(100, reset_num_timesteps=False)
+    assert resumed.num_timesteps >= newest_steps(newest) + 100
+    venv.close()
+
+
+def newest_steps(path: Path) -> int:
+    return int(path.name.split("_")[1])
+
+
+# ---------------------------------------------------------------------- close and cleanup
+def thread_and_fd_counts() -> tuple[int, int]:
+    import threading
+
+    return threading.active_count(), len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.player
+def test_repeated_open_close_leaks_no_threads_fds_processes_or_ports(tmp_path):
+    kwargs = player_kwargs(tmp_path)
+    counts = []
+    for cycle in range(4):
+        venv = UnityVecEnv(["Ball3D", "Ball3D"], open_kwargs=kwargs)
+        venv.reset()
+        venv.step(random_actions(venv, cycle))
+        processes = [env.process for env in venv.unity_envs]
+        ports = [env.port for env in venv.unity_envs]
+        venv.close()
+        venv.close()  # idempotent
+        assert all(p.poll() is not None for p in processes), "every player exited"
+        for port in ports:
+            with socket.socket() as sock:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                sock.bind(("127.0.0.1", port))  # free again
+        time.sleep(0.3)  # let executor threads see their shutdown
+        counts.append(thread_and_fd_counts())
+    # the first cycle may start gRPC's process-wide machinery; after it nothing grows
+    assert counts[1:] == [counts[1]] * 3, counts
+    with pytest.raises(RuntimeError, match="closed"):
+        venv.step(random_actions(venv, 9))
+
+
+EXIT_WITHOUT_CLOSE = textwrap.dedent(
+    """
+    import sys
+    import numpy as np
+    import unity_sb3
+    from unity_sb3.wrappers.vec_env import UnityVecEnv
+
+    venv = UnityVecEnv(["Ball3D", "Ball3D"], open_kwargs={kwargs!r})
+    venv.reset()
+    venv.step(np.zeros((venv.num_envs, 2), np.float32))
+    print(" ".join(str(env.process.pid) for env in venv.unity_envs), flush=True)
+    {ending}
+    """
+)
+
+
+@pytest.mark.player
+@pytest.mark.parametrize("ending", ["pass", "sys.exit(3)", "raise RuntimeError('boom')"])
+def test_players_end_when_the_interpreter_exits_without_close(tmp_path, ending):
+    kwargs = player_kwargs(tmp_path)
+    kwargs.pop("log_folder")
+    script = tmp_path / "leave.py"
+    script.write_text(EXIT_WITHOUT_CLOSE.format(kwargs=kwargs, ending=ending))
+    result = subprocess.run([PYTHON, str(script)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == {"pass": 0, "sys.exit(3)": 3}.get(ending, 1), result.stderr
+    pids = [int(p) for p in result.stdout.split()]
+    assert len(pids) == 2
+    wait_for(lambda: not any(alive(p) for p in pids), 15, "the players to exit")
+
+
+def test_stats_channel_keeps_only_the_newest_values():
+    from mlagents_envs.side_channel.incoming_message import IncomingMessage
+    from mlagents_envs.side_channel.outgoing_message import OutgoingMessage
+    from mlagents_envs.side_channel.stats_side_channel import StatsAggregationMethod
+
+    from unity_sb3.unity.channels import BoundedStatsSideChannel, UnityChannels
+
+    channel = BoundedStatsSideChannel(max_values=100)
+    assert isinstance(UnityChannels().stats, BoundedStatsSideChannel)
+    for i in range(1000):
+        out = OutgoingMessage()
+        out.write_string("Environment/Reward")
+        out.write_float32(float(i))
+        out.write_int32(StatsAggregationMethod.AVERAGE.value)
+        channel.on_message_received(IncomingMessage(out.buffer))
+    values = channel.get_and_reset_stats()["Environment/Reward"]
+    assert 100 <= len(values) <= 200
+    assert values[-1] == (999.0, StatsAggregationMethod.AVERAGE)
+    assert [v for v, _ in values] == list(range(1000 - len(values), 1000))
+    assert channel.get_and_reset_stats() == {}
+    with pytest.raises(ValueError, match="max_values"):
+        BoundedStatsSideChannel(0)
