@@ -92,8 +92,10 @@ class UnityActor:
         self._specs_sent = 0
 
     # Retried on the restarted actor when the actor dies while (or before) it runs: opening
-    # is idempotent, unlike a step.
-    @ray.method(max_task_retries=3)
+    # is idempotent, unlike a step. Retried for as long as Ray is restarting the actor (a
+    # fixed count ran out on a loaded machine before the restart finished); an actor that is
+    # dead for good fails at once, and open_timeout bounds the wait.
+    @ray.method(max_task_retries=-1)
     def open(self) -> dict[str, Any]:
         """(Re-)open the env, closing a previous one; return what the proxy needs to know."""
         self.close()
