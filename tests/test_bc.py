@@ -595,3 +595,29 @@ def test_ppo_with_bc_reaches_the_threshold_sooner_than_ppo_alone(ball_demo: str)
     alone = steps_to_threshold(False)
     assert with_bc is not None
     assert alone is None or with_bc < alone, (with_bc, alone)
+
+
+def test_model_saved_with_bc_loads_with_bc_switched_off(ball_demo: str, tmp_path) -> None:
+    env = ball3d_env()
+    model = PPO(
+        "MlpPolicy",
+        env,
+        n_steps=32,
+        batch_size=128,
+        n_epochs=1,
+        device="cpu",
+        behavioral_cloning={"demo_path": ball_demo},
+    )
+    model.learn(384)
+    model.save(tmp_path / "model.zip")
+    with pytest.warns(UserWarning, match="dropping '_bc'"):
+        plain = PPO.load(
+            tmp_path / "model.zip", env=env, device="cpu", custom_objects={"behavioral_cloning": None}
+        )
+    assert plain._bc is None
+    obs = env.reset()
+    np.testing.assert_array_equal(
+        plain.predict(obs, deterministic=True)[0], model.predict(obs, deterministic=True)[0]
+    )
+    plain.learn(384, reset_num_timesteps=False)  # trains on without BC
+    env.close()

@@ -218,3 +218,28 @@ def log_stats(logger: Any, prefix: str, stats: Mapping[str, list[float]]) -> Non
     for key, values in stats.items():
         if len(values) > 0:
             logger.record(f"{prefix}/{key}", float(sum(values) / len(values)))
+
+
+def drop_absent_components(algorithm: Any, params: dict[str, Any]) -> dict[str, Any]:
+    """Saved parameters minus those of components the loading model does not have.
+
+    A model saved with behavioral cloning (``_bc``) or reward signals (``signals.*``) can be
+    loaded with those switched off (``custom_objects={"behavioral_cloning": None}``); SB3
+    would then call ``load_state_dict`` on ``None``. Their saved state is dropped, with a warning.
+
+    :param algorithm: the model being loaded into.
+    :param params: SB3's ``{name: state_dict}`` from the saved file.
+    """
+    kept = {}
+    for name, state in params.items():
+        owner = name.split(".")[0]
+        component = getattr(algorithm, owner, None) if owner in ("_bc", "signals") else True
+        if component is None or (owner == "signals" and not component):
+            warnings.warn(
+                f"The saved model has {owner.strip('_')} state but this model was built without it; "
+                f"dropping '{name}'.",
+                stacklevel=3,
+            )
+            continue
+        kept[name] = state
+    return kept

@@ -36,12 +36,14 @@ from typing import Any
 import numpy as np
 import torch as th
 from stable_baselines3 import SAC as SB3SAC
+from stable_baselines3.common.save_util import load_from_zip_file
 from stable_baselines3.common.utils import polyak_update
 from torch import nn
 from torch.nn import functional as F
 
 from unity_sb3.algorithms.common import (
     RewardSignalConfigError,
+    drop_absent_components,
     log_stats,
     make_bc_module,
     parse_reward_signals,
@@ -126,6 +128,16 @@ class SAC(SB3SAC):
             "_gammas",
             "_episodic",
         ]
+
+    def set_parameters(
+        self,
+        load_path_or_dict: str | dict[str, Any],
+        exact_match: bool = True,
+        device: str | th.device = "auto",
+    ) -> None:
+        if not isinstance(load_path_or_dict, dict):
+            _, load_path_or_dict, _ = load_from_zip_file(load_path_or_dict, device=device, load_data=False)
+        super().set_parameters(drop_absent_components(self, load_path_or_dict), exact_match, device)
 
     def _get_torch_save_params(self) -> tuple[list[str], list[str]]:
         state_dicts, others = super()._get_torch_save_params()
