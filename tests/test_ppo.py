@@ -559,3 +559,22 @@ def test_gail_from_scripted_expert_demos_learns_ball3d_without_extrinsic_reward(
     )
     trained_rate = _drop_rate(model, 60_000)
     assert trained_rate < 0.3 * random_rate
+
+
+def test_on_a_unity_vec_env_plain_ppo_skips_inactive_steps():
+    import warnings
+
+    from stable_baselines3.common.vec_env import VecMonitor
+
+    from unity_sb3 import UnityVecEnv
+
+    venv = UnityVecEnv("Escape", open_kwargs={"num_agents": 3, "seed": 0})
+    model = PPO("MlpPolicy", VecMonitor(venv), n_steps=32, batch_size=48, n_epochs=1, seed=0, device="cpu")
+    assert model._heads == ["extrinsic"], "reward_signals=None on a UnityVecEnv means extrinsic only"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        model.learn(192)
+    assert venv.warn_inactive is False
+    buffer = model.rollout_buffer
+    assert hasattr(buffer, "active") and not buffer.active.all(), "dead agents' slots were inactive"
+    venv.close()

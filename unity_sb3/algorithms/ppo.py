@@ -61,6 +61,7 @@ from unity_sb3.algorithms.common import (
     parse_reward_signals,
 )
 from unity_sb3.algorithms.reward_signals import make_reward_signals
+from unity_sb3.wrappers.vec_env import is_unity_vec_env, mark_inactive_aware
 
 REWARD_CHUNK = 4096  # transitions per forward pass when computing intrinsic rewards
 
@@ -297,8 +298,10 @@ class PPO(SB3PPO):
     Takes every argument of :class:`stable_baselines3.PPO`, plus:
 
     :param reward_signals: ML-Agents style ``{"extrinsic": {...}, "curiosity": {...}, "rnd": {...},
-        "gail": {...}}`` (see :mod:`unity_sb3.algorithms.common` for keys and defaults), or ``None``
-        for plain SB3 behaviour. A signal's ``gamma`` defaults to this algorithm's ``gamma``.
+        "gail": {...}}`` (see :mod:`unity_sb3.algorithms.common` for keys and defaults), or ``None``:
+        plain SB3 behaviour, except on a :class:`~unity_sb3.UnityVecEnv`, where ``None`` means
+        ``{"extrinsic": {}}`` so that its inactive placeholder steps stay out of the losses.
+        A signal's ``gamma`` defaults to this algorithm's ``gamma``.
     :param behavioral_cloning: ML-Agents style BC settings for a BC term during training, or ``None``.
     """
 
@@ -327,7 +330,10 @@ class PPO(SB3PPO):
     # ------------------------------------------------------------------ set-up
     def _setup_model(self) -> None:
         super()._setup_model()
-        parsed = parse_reward_signals(self.reward_signals, default_gamma=self.gamma)
+        config = self.reward_signals
+        if config is None and is_unity_vec_env(self.env):
+            config = {"extrinsic": {}}  # the signal path is the one that skips inactive slots
+        parsed = parse_reward_signals(config, default_gamma=self.gamma)
         if parsed is not None:
             self._heads = list(parsed)
             self.signals = make_reward_signals(parsed, self.observation_space, self.action_space, self.device)
@@ -379,6 +385,8 @@ class PPO(SB3PPO):
         result = super()._setup_learn(total_timesteps, callback, reset_num_timesteps, *args, **kwargs)
         if will_reset or self._last_active is None or len(self._last_active) != self.n_envs:
             self._last_active = active_from_infos(getattr(self.env, "reset_infos", None), self.n_envs)
+        if self.signals is not None:
+            mark_inactive_aware(self.env)  # this path never trains on placeholder steps
         return result
 
     # ------------------------------------------------------------------ rollouts

@@ -61,19 +61,29 @@ EnvSource = BaseEnv | str | Callable[[], BaseEnv]
 OtherBehaviors = Callable[[str, DecisionSteps], ActionTuple | None]
 
 
-def mark_inactive_aware(env: VecEnv | None) -> None:
-    """Tell the :class:`UnityVecEnv` under ``env`` that its algorithm skips inactive steps.
-
-    Silences the one warning UnityVecEnv gives plain SB3 algorithms about placeholder steps.
-    Looks through ``VecEnvWrapper`` layers (VecMonitor, VecNormalize, ...); does nothing for
-    other VecEnvs.
-    """
+def unwrap_unity_vec_env(env: Any) -> UnityVecEnv | None:
+    """The :class:`UnityVecEnv` under ``env``'s ``VecEnvWrapper`` layers, or ``None``."""
     from stable_baselines3.common.vec_env import VecEnvWrapper
 
     while isinstance(env, VecEnvWrapper):
         env = env.venv
-    if isinstance(env, UnityVecEnv):
-        env.warn_inactive = False
+    return env if isinstance(env, UnityVecEnv) else None
+
+
+def is_unity_vec_env(env: Any) -> bool:
+    """Whether ``env`` is a :class:`UnityVecEnv`, possibly under VecMonitor, VecNormalize, ..."""
+    return unwrap_unity_vec_env(env) is not None
+
+
+def mark_inactive_aware(env: Any) -> None:
+    """Tell the :class:`UnityVecEnv` under ``env`` that its algorithm skips inactive steps.
+
+    Silences the one warning UnityVecEnv gives plain SB3 algorithms about placeholder steps;
+    does nothing for other VecEnvs.
+    """
+    venv = unwrap_unity_vec_env(env)
+    if venv is not None:
+        venv.warn_inactive = False
 
 
 class UnityNoDecisionError(RuntimeError):
@@ -365,7 +375,10 @@ class UnityVecEnv(VecEnv):
             same = [n for n in names if n.split("?", 1)[0] == behavior_name]  # "3DBall" for "3DBall?team=0"
             if len(same) == 1:
                 return same[0]
-            close = difflib.get_close_matches(behavior_name, names, n=1, cutoff=0.5)
+            lowered = {n.lower(): n for n in names}  # case-insensitive: "3dball" -> "3DBall?team=0"
+            close = [
+                lowered[c] for c in difflib.get_close_matches(behavior_name.lower(), lowered, n=1, cutoff=0.5)
+            ]
             hint = f"; did you mean {close[0]!r}?" if close else ""
             raise UnityConfigurationError(
                 f"behavior {behavior_name!r} not found; the scene has {names}{hint}"
