@@ -243,3 +243,35 @@ def drop_absent_components(algorithm: Any, params: dict[str, Any]) -> dict[str, 
             continue
         kept[name] = state
     return kept
+
+
+class SavedComponentsMixin:
+    """Saving and loading of the reward signals' and the BC module's state (PPO and SAC).
+
+    Put it before the SB3 class (``class PPO(SavedComponentsMixin, stable_baselines3.PPO)``).
+    The signals' networks and optimizers and the BC module's state go into the saved model; a
+    model saved with them loads into one built without them (their state is dropped).
+    """
+
+    signals: Any
+    _bc: Any
+
+    def set_parameters(
+        self,
+        load_path_or_dict: str | dict[str, Any],
+        exact_match: bool = True,
+        device: str | Any = "auto",
+    ) -> None:
+        from stable_baselines3.common.save_util import load_from_zip_file
+
+        if not isinstance(load_path_or_dict, dict):
+            _, load_path_or_dict, _ = load_from_zip_file(load_path_or_dict, device=device, load_data=False)
+        super().set_parameters(drop_absent_components(self, load_path_or_dict), exact_match, device)  # type: ignore[misc]
+
+    def _get_torch_save_params(self) -> tuple[list[str], list[str]]:
+        state_dicts, others = super()._get_torch_save_params()  # type: ignore[misc]
+        if self.signals is not None and len(self.signals) > 0:
+            state_dicts = [*state_dicts, "signals", *(f"signals.{name}.optimizer" for name in self.signals)]
+        if self._bc is not None and hasattr(self._bc, "state_dict"):
+            state_dicts = [*state_dicts, "_bc"]
+        return state_dicts, others

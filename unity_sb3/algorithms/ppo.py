@@ -48,14 +48,13 @@ from gymnasium import spaces
 from stable_baselines3 import PPO as SB3PPO
 from stable_baselines3.common.buffers import BaseBuffer
 from stable_baselines3.common.callbacks import BaseCallback
-from stable_baselines3.common.save_util import load_from_zip_file
 from stable_baselines3.common.utils import explained_variance, obs_as_tensor
 from stable_baselines3.common.vec_env import VecEnv
 from torch import nn
 
 from unity_sb3.algorithms.common import (
     RewardSignalConfigError,
-    drop_absent_components,
+    SavedComponentsMixin,
     log_stats,
     make_bc_module,
     parse_reward_signals,
@@ -292,7 +291,7 @@ def widen_value_head(policy: Any, n_heads: int) -> None:
     )
 
 
-class PPO(SB3PPO):
+class PPO(SavedComponentsMixin, SB3PPO):
     """SB3's PPO with ML-Agents reward signals and a behavioral-cloning hook (see the module docstring).
 
     Takes every argument of :class:`stable_baselines3.PPO`, plus:
@@ -354,24 +353,6 @@ class PPO(SB3PPO):
 
     def _excluded_save_params(self) -> list[str]:
         return [*super()._excluded_save_params(), "signals", "_bc", "_signal_settings"]
-
-    def set_parameters(
-        self,
-        load_path_or_dict: str | dict[str, Any],
-        exact_match: bool = True,
-        device: str | th.device = "auto",
-    ) -> None:
-        if not isinstance(load_path_or_dict, dict):
-            _, load_path_or_dict, _ = load_from_zip_file(load_path_or_dict, device=device, load_data=False)
-        super().set_parameters(drop_absent_components(self, load_path_or_dict), exact_match, device)
-
-    def _get_torch_save_params(self) -> tuple[list[str], list[str]]:
-        state_dicts, others = super()._get_torch_save_params()
-        if self.signals is not None and len(self.signals) > 0:
-            state_dicts = [*state_dicts, "signals", *(f"signals.{name}.optimizer" for name in self.signals)]
-        if self._bc is not None and hasattr(self._bc, "state_dict"):
-            state_dicts = [*state_dicts, "_bc"]
-        return state_dicts, others
 
     def _setup_learn(
         self,

@@ -36,14 +36,13 @@ from typing import Any
 import numpy as np
 import torch as th
 from stable_baselines3 import SAC as SB3SAC
-from stable_baselines3.common.save_util import load_from_zip_file
 from stable_baselines3.common.utils import polyak_update
 from torch import nn
 from torch.nn import functional as F
 
 from unity_sb3.algorithms.common import (
     RewardSignalConfigError,
-    drop_absent_components,
+    SavedComponentsMixin,
     log_stats,
     make_bc_module,
     parse_reward_signals,
@@ -62,7 +61,7 @@ def widen_q_networks(critic: Any, n_heads: int) -> None:
         q_net[-1] = nn.Linear(last.in_features, n_heads).to(last.weight.device)
 
 
-class SAC(SB3SAC):
+class SAC(SavedComponentsMixin, SB3SAC):
     """SB3's SAC with ML-Agents reward signals and a BC hook (see the module docstring).
 
     Takes every argument of :class:`stable_baselines3.SAC`, plus:
@@ -128,24 +127,6 @@ class SAC(SB3SAC):
             "_gammas",
             "_episodic",
         ]
-
-    def set_parameters(
-        self,
-        load_path_or_dict: str | dict[str, Any],
-        exact_match: bool = True,
-        device: str | th.device = "auto",
-    ) -> None:
-        if not isinstance(load_path_or_dict, dict):
-            _, load_path_or_dict, _ = load_from_zip_file(load_path_or_dict, device=device, load_data=False)
-        super().set_parameters(drop_absent_components(self, load_path_or_dict), exact_match, device)
-
-    def _get_torch_save_params(self) -> tuple[list[str], list[str]]:
-        state_dicts, others = super()._get_torch_save_params()
-        if self.signals is not None and len(self.signals) > 0:
-            state_dicts = [*state_dicts, "signals", *(f"signals.{name}.optimizer" for name in self.signals)]
-        if self._bc is not None and hasattr(self._bc, "state_dict"):
-            state_dicts = [*state_dicts, "_bc"]
-        return state_dicts, others
 
     def train(self, gradient_steps: int, batch_size: int = 64) -> None:
         if self.signals is None:
