@@ -2,13 +2,22 @@
 
     python examples/maskable_ppo_gridworld.py
     python examples/maskable_ppo_gridworld.py --timesteps 300000 --seed 1
+    python examples/maskable_ppo_gridworld.py --no-goal-conditioning   # goal concatenated instead
 
-Each of the 9 agents sees a 36x36 RGB image of its room (a channel-first uint8 image, so SB3
-uses its CNN) and a one-hot goal signal (which of the two goals to reach): a Dict observation,
-hence "MultiInputPolicy". The scene masks moves into walls. UnityVecEnv turns ML-Agents' masks
-(True = blocked, per branch) into sb3-contrib's (True = allowed, one flat vector per slot), which
-MaskablePPO reads through ``env_method("action_masks")``. Reaching the right goal gives +1, the
-wrong one -1, and every step costs 0.01.
+Each of the 9 agents sees a 32x32 RGB image of its room (a channel-first uint8 image) and a
+one-hot goal signal (which of the two goals to reach): a Dict observation, hence
+"MultiInputPolicy". SB3's NatureCNN needs images of at least 36x36 pixels, so the policy uses
+``unity_sb3.networks.UnityMultiInputExtractor`` with ML-Agents' "simple" visual encoder (20x20 and
+up), and the goal signal conditions the image features through a hypernetwork layer, as
+ML-Agents' ``conditioning_type: hyper`` does (``goal_keys=["GoalSensor"]``).
+The scene masks moves into walls. UnityVecEnv turns ML-Agents' masks (True = blocked, per
+branch) into sb3-contrib's (True = allowed, one flat vector per slot), which MaskablePPO reads
+through ``env_method("action_masks")``. Reaching the right goal gives +1, the wrong one -1, and
+every step costs 0.01 (a random policy averages about -0.4 per episode, a perfect one about 0.96).
+
+Measured (2 shared CPU cores, one torch thread): the mean episode reward of the last 50 training
+episodes first reaches 0.8 after about 97k (seed 0) and 69k (seed 1) steps; the default 150k
+steps end at about 0.8-0.9. With ``--no-goal-conditioning`` it did not learn within 200k steps.
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ from sb3_contrib.common.maskable.evaluation import evaluate_policy
 from stable_baselines3.common.vec_env import VecMonitor
 
 import unity_sb3
+from unity_sb3.networks import UnityMultiInputExtractor
 
 
 def main(argv: list[str] | None = None) -> float:
@@ -29,16 +39,20 @@ def main(argv: list[str] | None = None) -> float:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
-        "--timesteps", type=int, default=300_000, help="agent decisions to train on, all agents"
+        "--timesteps", type=int, default=150_000, help="agent decisions to train on, all agents"
     )
     parser.add_argument("--n-steps", type=int, default=128, help="rollout length per agent")
     parser.add_argument("--eval-episodes", type=int, default=27)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--no-goal-conditioning",
+        action="store_true",
+        help="concatenate the goal signal to the image features instead of conditioning them on it",
+    )
     parser.add_argument("--save-path", default="results/maskable_ppo_gridworld/model")
     args = parser.parse_args(argv)
 
-    # SB3's NatureCNN needs images of at least 36x36 pixels; the scene renders 32x32 by default.
-    env = VecMonitor(unity_sb3.UnityVecEnv("GridWorld", open_kwargs={"image_size": 36, "seed": args.seed}))
+    env = VecMonitor(unity_sb3.UnityVecEnv("GridWorld", open_kwargs={"seed": args.seed}))
     print(f"{env.num_envs} slots, observations {env.observation_space}, actions {env.action_space}")
     masks = np.array(env.env_method("action_masks"), dtype=int)
     print(f"allowed actions (stay, up, down, left, right), one row per slot:\n{masks}")
@@ -49,9 +63,16 @@ def main(argv: list[str] | None = None) -> float:
         n_steps=args.n_steps,
         batch_size=min(256, args.n_steps * env.num_envs),
         n_epochs=4,
-        gamma=0.95,
+        learning_rate=3e-4,
+        gamma=0.9,
         ent_coef=0.01,
-        policy_kwargs=dict(net_arch=[128, 128]),
+        policy_kwargs=dict(
+            net_arch=[128],
+            features_extractor_class=UnityMultiInputExtractor,
+            features_extractor_kwargs=dict(
+                encoder="simple", goal_keys=[] if args.no_goal_conditioning else ["GoalSensor"]
+            ),
+        ),
         seed=args.seed,
         verbose=1,
     )

@@ -23,6 +23,7 @@ from unity_sb3.mlagents_config import (
     prepare_model_args,
     resolve_schedule,
 )
+from unity_sb3.networks import UnityMultiInputExtractor
 
 CONFIGS = Path(__file__).resolve().parent / "data" / "mlagents_configs"
 
@@ -49,7 +50,10 @@ def test_3dball_ppo_mapping() -> None:
     assert h["learning_rate"] == "lin_0.0003_1e-10" and h["clip_range"] == "lin_0.2_0.1"
     assert run.normalize == {"norm_obs": True, "norm_reward": False}
     assert "reward_signals" not in h  # extrinsic only at strength 1: plain SB3 PPO
-    assert h["policy_kwargs"] == "dict(net_arch=[128, 128], activation_fn=nn.SiLU)"
+    assert h["policy_kwargs"] == (
+        "dict(net_arch=[128, 128], activation_fn=nn.SiLU, features_extractor_class=UnityMultiInputExtractor,"
+        " features_extractor_kwargs=dict(encoder='simple'))"
+    )
     assert {
         "time_horizon",
         "summary_freq",
@@ -151,7 +155,12 @@ def test_schedules_and_policy_kwargs_resolved() -> None:
     assert kwargs["clip_range"](0.0) == pytest.approx(0.1) and kwargs["clip_range"](0.5) == pytest.approx(
         0.15
     )
-    assert kwargs["policy_kwargs"] == {"net_arch": [128, 128], "activation_fn": nn.SiLU}
+    assert kwargs["policy_kwargs"] == {
+        "net_arch": [128, 128],
+        "activation_fn": nn.SiLU,
+        "features_extractor_class": UnityMultiInputExtractor,
+        "features_extractor_kwargs": {"encoder": "simple"},
+    }
     assert resolve_schedule("lin_0.5")(0.5) == pytest.approx(0.25)  # RL Zoo's form decays to 0
     assert resolve_schedule(0.3) == 0.3
     with pytest.raises(MLAgentsConfigError, match="lin_<start>"):

