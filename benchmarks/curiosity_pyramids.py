@@ -32,18 +32,18 @@ from _common import RESULTS_DIR, print_table, write_results
 
 from unity_sb3 import PPO, UnityVecEnv
 from unity_sb3.envs import make_scene
+from unity_sb3.envs.pyramids import PyramidsLite
 
 # ML-Agents' Pyramids configs use curiosity strength 0.02 (lr 3e-4) and RND strength 0.01 (lr 1e-4)
-# over millions of steps. PyramidsLite's observations are positions scaled to [0, 1], so one move
-# changes them by 1 / (room_size - 1): with those settings the intrinsic rewards are ~1e-4 per step
-# and change nothing within 100k steps (measured). Normalised inputs, a higher learning rate and
-# larger strengths make the signals matter at this budget.
+# over millions of steps. Within a budget of a few hundred thousand steps the signals need more
+# weight: normalised inputs, a faster curiosity model, and strength 0.1 for both (curiosity at
+# 0.05 reached 0.23 on seed 0 at 200k steps where 0.1 reached 0.52; measured once, not tuned further).
 CONFIGS: dict[str, dict[str, Any] | None] = {
     "plain": None,
     "curiosity": {
         "extrinsic": {"strength": 1.0, "gamma": 0.99},
         "curiosity": {
-            "strength": 0.05,
+            "strength": 0.1,
             "gamma": 0.99,
             "learning_rate": 1e-3,
             "network_settings": {"hidden_units": 64, "normalize": True},
@@ -85,14 +85,14 @@ def success_curve(episodes: list[tuple[int, bool]], steps: int, window: int) -> 
     return curve
 
 
-def run(config: str, seed: int, steps: int, room_size: int, window: int) -> dict[str, Any]:
+def run(config: str, seed: int, steps: int, scene: dict[str, int], window: int) -> dict[str, Any]:
     th.set_num_threads(1)
-    env = VecMonitor(UnityVecEnv(make_scene("PyramidsLite", seed=seed, room_size=room_size)))
+    env = VecMonitor(UnityVecEnv(make_scene("PyramidsLite", seed=seed, **scene)))
     model = PPO(
         "MlpPolicy",
         env,
         n_steps=256,
-        batch_size=64,
+        batch_size=128,
         n_epochs=3,
         learning_rate=3e-4,
         ent_coef=0.01,
@@ -150,20 +150,23 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--steps", type=int, default=120_000, help="training steps per run (all agents)")
+    parser.add_argument("--steps", type=int, default=300_000, help="training steps per run (all agents)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
-    parser.add_argument("--room-size", type=int, default=15, help="PyramidsLite room side (cells)")
+    parser.add_argument(
+        "--room-size", type=int, default=None, help="PyramidsLite room side (default: the scene's)"
+    )
+    parser.add_argument(
+        "--max-steps", type=int, default=None, help="episode step limit (default: the scene's)"
+    )
     parser.add_argument("--jobs", type=int, default=1, help="runs in parallel (one CPU thread each)")
-    parser.add_argument("--window", type=int, default=10_000, help="steps per point of the curve")
+    parser.add_argument("--window", type=int, default=20_000, help="steps per point of the curve")
     parser.add_argument("--name", default="curiosity_pyramids", help="stem of the JSON / PNG outputs")
     args = parser.parse_args(argv)
 
-    tasks = [
-        (config, seed, args.steps, args.room_size, args.window)
-        for config in args.configs
-        for seed in args.seeds
-    ]
+    scene = {"room_size": args.room_size, "max_steps": args.max_steps}
+    scene = {key: PyramidsLite.PARAMS[key] if value is None else value for key, value in scene.items()}
+    tasks = [(config, seed, args.steps, scene, args.window) for config in args.configs for seed in args.seeds]
     if args.jobs > 1:
         with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
             rows = pool.starmap(run, tasks)
@@ -190,10 +193,10 @@ def main(argv: list[str] | None = None) -> None:
     print_table(
         summary,
         ["config", "seeds", "final success (mean)", "min", "max"],
-        title=f"PyramidsLite room {args.room_size}, {args.steps} steps; success = share of episodes "
+        title=f"PyramidsLite room {scene['room_size']}, max_steps {scene['max_steps']}, {args.steps} steps; success = share of episodes "
         "reaching the target in the last 20% of training",
     )
-    path = write_results(args.name, rows, summary=summary, settings=vars(args))
+    path = write_results(args.name, rows, summary=summary, settings={**vars(args), **scene})
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     png = RESULTS_DIR / f"{args.name}.png"
     plot(rows, args.window, png)

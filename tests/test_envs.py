@@ -42,7 +42,7 @@ SMALL = {
     "Ball3D": {"num_agents": 4, "max_steps": 400},
     "GridWorld": {"num_agents": 3},
     "Escape": {"num_agents": 6},
-    "PyramidsLite": {"num_agents": 3, "max_steps": 60},
+    "PyramidsLite": {"num_agents": 3, "max_steps": 60, "room_size": 7},
 }
 
 
@@ -577,15 +577,123 @@ def test_escape_guard_speed_is_an_environment_parameter(prob):
 # -------------------------------------------------------------------------------------- PyramidsLite
 
 
+PYR = "Pyramids?team=0"
+
+
+def pyramids_rays(obs: np.ndarray) -> np.ndarray:
+    """``(m, 8, 5)`` ray features of PyramidsLite observations."""
+    from unity_sb3.envs.pyramids import RAY_FEATURES, RAY_START, RAYS
+
+    return obs[:, RAY_START:].reshape(len(obs), len(RAYS), RAY_FEATURES)
+
+
+def test_pyramids_layout():
+    from unity_sb3.envs.pyramids import OBS_SIZE
+
+    env = make_scene("PyramidsLite", seed=0, num_agents=2, room_size=9)
+    spec = env.behavior_specs[PYR]
+    assert OBS_SIZE == 43 and spec.observation_specs[0].shape == (43,)
+    assert tuple(spec.action_spec.discrete_branches) == (5,)
+    env.reset()
+    obs = env.get_steps(PYR)[0].obs[0]
+    rays = pyramids_rays(obs)
+    np.testing.assert_array_equal(rays[..., :4].sum(axis=2), 1.0)  # exactly one tag per ray
+    assert ((rays[..., 4] > 0) & (rays[..., 4] <= 1)).all()
+    np.testing.assert_array_equal(obs[:, 0], 0.0)  # switch off at the start
+    np.testing.assert_array_equal(obs[:, 1:3], env._pos / 8)
+
+
+@pytest.mark.parametrize(
+    ("pos", "switch", "on", "target", "expected"),
+    [
+        # agent in the middle of a 5x5 room, switch 2 cells north: N ray sees it, E ray the wall 3 steps away
+        ((2, 2), (2, 4), False, (0, 0), {0: ("switch_off", 2), 2: ("wall", 3), 5: ("wall", 3)}),
+        # switch on, target beyond it on the same ray: the switch hides it; target on the SW diagonal
+        ((2, 2), (2, 3), True, (2, 4), {0: ("switch_on", 1), 5: ("wall", 3)}),
+        ((2, 2), (3, 3), True, (0, 0), {1: ("switch_on", 1), 5: ("target", 2)}),
+        # a target that is not there yet (switch off) is not seen
+        ((0, 0), (4, 4), False, (0, 3), {0: ("wall", 5), 1: ("switch_off", 4), 6: ("wall", 1)}),
+        # objects off every ray are not seen
+        ((0, 0), (1, 2), True, (2, 1), {0: ("wall", 5), 1: ("wall", 5), 2: ("wall", 5)}),
+    ],
+)
+def test_pyramids_rays(pos, switch, on, target, expected):
+    from unity_sb3.envs.pyramids import cast_rays
+
+    tags = ["switch_off", "switch_on", "target", "wall"]
+    arr = lambda v: np.array([v], dtype=np.int64)  # noqa: E731
+    rays = cast_rays(arr(pos), arr(switch), np.array([on]), arr(target), 5)[0]
+    for r, (tag, dist) in expected.items():
+        assert tags[int(rays[r, :4].argmax())] == tag, (r, rays[r])
+        assert rays[r, 4] == pytest.approx(dist / 5)
+
+
 def test_pyramids_target_appears_only_after_the_switch():
-    env = make_scene("PyramidsLite", seed=0, num_agents=4)
-    pressed_seen = False
-    for d, t in run(env, "Pyramids?team=0", "expert", 60):
-        obs = d.obs[0]
-        hidden = obs[:, 4] == 0
-        np.testing.assert_array_equal(obs[hidden, 5:8], 0.0)
-        pressed_seen |= bool((~hidden).any())
-        assert set(np.round(t.reward, 3).tolist()) <= {round(2.0 - 0.001 * k, 3) for k in range(0, 60)} | {
-            2.0
-        }
-    assert pressed_seen
+    env = make_scene("PyramidsLite", seed=0, num_agents=4, room_size=9, max_steps=100)
+    pressed_seen = target_seen = False
+    for d, t in run(env, PYR, "expert", 120):
+        obs, rays = d.obs[0], pyramids_rays(d.obs[0])
+        off = obs[:, 0] == 0
+        assert not rays[off, :, 2].any()  # no target before the press
+        assert not rays[off, :, 1].any() and not rays[~off, :, 0].any()  # the switch shows its state
+        pressed_seen |= bool((~off).any())
+        target_seen |= bool(rays[~off, :, 2].any())
+        # +2 replaces the step cost at the target (SetReward); timeouts end with the step cost
+        assert set(np.round(t.reward, 4).tolist()) <= {2.0, -0.001}
+    assert pressed_seen and target_seen
+
+
+def test_pyramids_switch_then_target_by_hand():
+    env = make_scene("PyramidsLite", seed=3, num_agents=1, room_size=5, stable_agent_ids=True)
+    env.reset()
+    env._pos[0], env._switch[0] = (0, 0), (2, 0)
+
+    def step(action: int):
+        env.set_actions(PYR, ActionTuple(discrete=np.array([[action]], dtype=np.int32)))
+        env.step()
+        return env.get_steps(PYR)
+
+    d, t = step(4)  # right: next to the switch
+    assert len(t) == 0 and d.obs[0][0, 0] == 0 and d.reward[0] == pytest.approx(-0.001)
+    d, t = step(4)  # onto the switch: it turns on and the target appears elsewhere
+    assert d.obs[0][0, 0] == 1.0 and len(t) == 0
+    target = env._target[0].copy()
+    assert not (target == env._switch[0]).all()
+    env._pos[0] = target + np.array([-1 if target[0] > 0 else 1, 0])
+    d, t = step(4 if target[0] > 0 else 3)
+    assert len(t) == 1 and t.reward[0] == 2.0 and not t.interrupted[0]
+    assert d.obs[0][0, 0] == 0  # the new episode starts with the switch off
+
+
+@pytest.mark.parametrize("room_size", [5, 8, 15, 31])
+def test_pyramids_expert_always_succeeds(room_size):
+    from unity_sb3.envs.pyramids import PyramidsLite
+
+    stats = StatsSideChannel()
+    limit = 8 * room_size
+    env = make_scene(
+        "PyramidsLite",
+        seed=room_size,
+        num_agents=16,
+        room_size=room_size,
+        max_steps=limit,
+        side_channels=[stats],
+    )
+    returns = episode_returns(env, PYR, "expert", 3 * limit)
+    assert len(returns) >= 16
+    assert min(returns) > 2.0 - 0.001 * limit  # every episode reached the target, none timed out
+    success = [v for v, _ in stats.get_and_reset_stats()["Pyramids/SuccessRate"]]
+    assert len(success) >= len(returns) and all(success)  # (run() does not yield the last step)
+    assert PyramidsLite.PARAMS["room_size"] <= 31
+
+
+def test_pyramids_random_play_rarely_succeeds():
+    """At the default room size and step limit a random walk reaches the target in < 5% of episodes."""
+    returns = episode_returns(make_scene("PyramidsLite", seed=5, num_agents=16), PYR, "random", 3000)
+    assert len(returns) >= 100
+    assert np.mean(np.array(returns) > 1.0) < 0.05
+
+
+def test_pyramids_room_size_is_checked():
+    with pytest.raises(UnityConfigurationError, match="'room_size' must be in \\[5, 256\\], got 4"):
+        make_scene("PyramidsLite", room_size=4)

@@ -505,6 +505,53 @@ def test_signals_run_on_pyramids_lite_through_unity_vec_env():
     assert "reward_signals/curiosity/inverse_loss" in logged and "reward_signals/rnd/loss" in logged
 
 
+# the settings of benchmarks/curiosity_pyramids.py (3 seeds, 300k steps, recorded in benchmarks/RESULTS.md)
+PYRAMIDS_SIGNALS = {
+    "plain": None,
+    "curiosity": {
+        "extrinsic": {"strength": 1.0, "gamma": 0.99},
+        "curiosity": {
+            "strength": 0.1,
+            "learning_rate": 1e-3,
+            "network_settings": {"hidden_units": 64, "normalize": True},
+        },
+    },
+    "rnd": {
+        "extrinsic": {"strength": 1.0, "gamma": 0.99},
+        "rnd": {
+            "strength": 0.1,
+            "learning_rate": 3e-4,
+            "network_settings": {"hidden_units": 64, "normalize": True},
+        },
+    },
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("config", "low", "high"), [("plain", 0.0, 0.1), ("curiosity", 0.25, 1.0), ("rnd", 0.25, 1.0)]
+)
+def test_intrinsic_rewards_solve_pyramids_lite_where_plain_ppo_does_not(config, low, high):
+    """The benchmark's claim on one seed and 200k steps (2-4 minutes each): on the default
+    PyramidsLite (room 25, 250 steps; a random walk succeeds in < 1% of episodes) plain PPO stays
+    near zero while PPO + curiosity or + RND reaches the target in a clear share of episodes."""
+    th.set_num_threads(1)
+    model = PPO(
+        "MlpPolicy",
+        _pyramids_env(0),
+        **{**PYRAMIDS_PPO, "batch_size": 128},
+        learning_rate=3e-4,
+        gae_lambda=0.95,
+        gamma=0.99,
+        reward_signals=PYRAMIDS_SIGNALS[config],
+    )
+    success = _train_success(model, 200_000)
+    model.env.close()
+    assert low <= success <= high, (
+        f"{config}: {success:.2f} of the episodes in the last quarter reached the target"
+    )
+
+
 def _drop_rate(model, steps: int | None, env=None, n: int = 4000) -> float:
     """Episodes ended by failure (not time limit) per 1000 decisions: in the last quarter of
     training when ``steps`` is given, else with random actions on ``env`` for ``n`` steps."""
