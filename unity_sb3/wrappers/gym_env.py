@@ -135,7 +135,8 @@ def resolve_behavior(env: BaseEnv, behavior_name: str | None) -> str:
     matches = [n for n in names if split_behavior_name(n)[0] == behavior_name]
     if len(matches) == 1:
         return matches[0]
-    close = difflib.get_close_matches(behavior_name, names, n=1, cutoff=0.5)
+    lowered = {n.lower(): n for n in names}  # case-insensitive: "3dball" -> "3DBall?team=0"
+    close = [lowered[c] for c in difflib.get_close_matches(behavior_name.lower(), lowered, n=1, cutoff=0.5)]
     hint = f"; did you mean {close[0]!r}?" if close else ""
     raise UnityConfigurationError(f"unknown behavior {behavior_name!r}; the scene has {names}{hint}")
 
