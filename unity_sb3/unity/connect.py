@@ -21,6 +21,7 @@ Builds and the Editor are driven by :class:`LocalUnityEnvironment`, a
 from __future__ import annotations
 
 import contextlib
+import difflib
 import errno
 import ipaddress
 import logging
@@ -341,6 +342,10 @@ def resolve_executable(target: str | os.PathLike[str], scene_names: Sequence[str
         detail += "."
         if scene_names:
             detail += f" It is not an embedded scene either ({', '.join(scene_names)})."
+            by_lower = {name.lower(): name for name in scene_names}
+            close = difflib.get_close_matches(path.name.lower(), by_lower, n=1, cutoff=0.6)
+            if close:
+                detail += f" Did you mean the scene {by_lower[close[0]]!r}?"
         raise UnityExecutableNotFoundError(str(target), detail, _nearby_builds(directory))
     if not os.access(resolved, os.X_OK):
         raise UnityExecutableError(
@@ -520,7 +525,7 @@ class LocalUnityEnvironment(UnityEnvironment):
                 "this port can pose as Unity. Use it only on a trusted network.",
                 bind_address,
             )
-        executable = None if editor else resolve_executable(file_name)
+        executable = None if editor else resolve_executable(file_name, _scene_names())
         self._process_name = process_name or ("Unity Editor" if editor else str(executable))
         self._additional_args = list(additional_args or [])
         self._no_graphics = no_graphics
