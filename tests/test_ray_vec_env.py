@@ -165,6 +165,21 @@ def test_inactive_slots_masks_groups_images_and_a_unity_crash_match_unity_vec_en
 
 
 # ---------------------------------------------------------------------- actor restarts
+def _wait_until_gone(pid: int, timeout: float = 60.0) -> None:
+    """Wait for a (local) actor process to exit."""
+    import os
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"actor process {pid} still alive {timeout:g} s after ray.kill")
+
+
 def test_killed_actor_is_restarted_and_stepping_continues(ball_pair):
     ray_venv, _ = ball_pair
     ray_venv.reset()
@@ -173,6 +188,7 @@ def test_killed_actor_is_restarted_and_stepping_continues(ball_pair):
         last, *_ = ray_venv.step(random_actions(rng, 8))
     old_pid = ray_venv.ray_envs[1].actor_pid
     ray.kill(ray_venv.actors[1], no_restart=False)
+    _wait_until_gone(old_pid)  # ray.kill is asynchronous: on a busy machine a step could still get through
     with pytest.warns(UserWarning, match="worker 1 crashed"):
         obs, _reward, done, infos = ray_venv.step(random_actions(rng, 8))
     assert done.tolist() == [False] * 4 + [True] * 4
@@ -196,7 +212,9 @@ def test_without_restart_a_dead_actor_is_an_error_naming_its_worker(ball_pair):
     ray_venv.reset()
     ray_venv.restart_on_crash = False
     try:
+        old_pid = ray_venv.ray_envs[0].actor_pid
         ray.kill(ray_venv.actors[0], no_restart=False)
+        _wait_until_gone(old_pid)
         with pytest.raises(UnityProcessError, match=r"Unity worker 0:.*Ray actor") as info:
             ray_venv.step(np.zeros((8, 2), np.float32))
         assert info.value.worker_id == 0
