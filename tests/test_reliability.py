@@ -405,7 +405,7 @@ def test_cli_train_interrupted_by_sigint_checkpoints_and_resumes_to_the_total(tm
     try:
         wait_for(lambda: list_checkpoints(checkpoints), 180, "the first periodic checkpoint")
         process.send_signal(signal.SIGINT)
-        out, _ = process.communicate(timeout=120)
+        out, _ = process.communicate(timeout=300)  # saving, closing and plotting; slow on a loaded machine
     finally:
         if process.poll() is None:
             process.kill()
