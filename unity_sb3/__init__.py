@@ -29,6 +29,8 @@ _LAZY: dict[str, str] = {
     "POCA": "unity_sb3.algorithms.poca",
     "to_onnx": "unity_sb3.export",
     "RayUnityVecEnv": "unity_sb3.wrappers.ray_vec_env",
+    "UnityMultiInputExtractor": "unity_sb3.networks",
+    "UnityCnn": "unity_sb3.networks",
 }
 
 __all__ = ["__version__", *_LAZY]
