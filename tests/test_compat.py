@@ -272,19 +272,36 @@ def test_mlagents_loggers_do_not_stack_handlers() -> None:
     assert side_channel_manager.get_logger is logging_util.get_logger
 
 
-def test_unknown_side_channel_warning_printed_once_per_message(capsys) -> None:
+def test_unknown_side_channel_warning_emitted_once_per_message() -> None:
+    import logging
     import struct
     import uuid
 
     from mlagents_envs.side_channel.side_channel_manager import SideChannelManager
 
-    manager = SideChannelManager([])
-    unknown = uuid.UUID("12345678-1234-5678-1234-567812345678")
-    blob = unknown.bytes_le + struct.pack("<i", 1) + b"x"
-    for _ in range(3):
+    class Collect(logging.Handler):
+        def __init__(self) -> None:
+            super().__init__()
+            self.messages: list[str] = []
+
+        def emit(self, record: logging.LogRecord) -> None:
+            self.messages.append(record.getMessage())
+
+    logger = logging.getLogger("mlagents_envs.side_channel.side_channel_manager")
+    collect = Collect()
+    logger.addHandler(collect)
+    try:
+        manager = SideChannelManager([])
+        unknown = uuid.UUID("12345678-1234-5678-1234-567812345678")
+        blob = unknown.bytes_le + struct.pack("<i", 1) + b"x"
         manager.process_side_channel_message(blob)
-    lines = [line for line in capsys.readouterr().out.splitlines() if "12345678" in line]
-    assert len(lines) == 3, lines
+        handlers = len(logger.handlers)
+        for _ in range(2):
+            manager.process_side_channel_message(blob)
+        assert len(logger.handlers) == handlers, "each warning added another handler"
+        assert len([m for m in collect.messages if "12345678" in m]) == 3
+    finally:
+        logger.removeHandler(collect)
 
 
 def test_channel_axis() -> None:

@@ -398,6 +398,9 @@ def test_cli_train_interrupted_by_sigint_checkpoints_and_resumes_to_the_total(tm
         [*base, *common, "--n-timesteps", "1000000", "--checkpoint-every", "1000"],
         cwd=ROOT,
         env=env,
+        # a shell running this suite in the background ignores SIGINT, and children inherit that;
+        # restore the default so Python turns SIGINT into KeyboardInterrupt as in a terminal
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
