@@ -100,3 +100,16 @@ def write_results(name: str, rows: Sequence[dict[str, Any]], **extra: Any) -> Pa
     }
     path.write_text(json.dumps(payload, indent=2, default=str) + "\n")
     return path
+
+
+def free_base_port(span: int) -> int:
+    """A base port on 127.0.0.1 that is free now and leaves room for ``span`` more after it."""
+    import socket
+
+    for _ in range(50):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        if port + span < 65000:
+            return port
+    raise RuntimeError("no free port")

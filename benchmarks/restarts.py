@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import socket
 import sys
 import tempfile
 import time
@@ -40,7 +39,7 @@ import torch
 
 # isort: off
 import unity_sb3  # noqa: F401  (first: makes mlagents_envs import on protobuf >= 4)
-from _common import print_table, write_results
+from _common import free_base_port, print_table, write_results
 from stable_baselines3 import PPO
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.vec_env import VecMonitor
@@ -77,16 +76,6 @@ class Faults(BaseCallback):
             self.pending = {"vector_step": self.n_calls, "worker": worker, "signal": sig.name}
         self._last = time.perf_counter()
         return True
-
-
-def free_base_port(span: int) -> int:
-    for _ in range(50):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
-        if port + span < 65000:
-            return port
-    raise RuntimeError("no free port")
 
 
 def run(args: argparse.Namespace, faults: int, log_dir: str) -> dict:

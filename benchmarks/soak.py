@@ -36,7 +36,7 @@ import numpy as np
 
 # isort: off
 import unity_sb3  # noqa: F401  (first: makes mlagents_envs import on protobuf >= 4)
-from _common import print_table, write_results
+from _common import free_base_port, print_table, write_results
 from unity_sb3.wrappers.vec_env import UnityVecEnv
 # isort: on
 
@@ -98,16 +98,6 @@ def port_is_free(port: int) -> bool:
         except OSError:
             return False
     return True
-
-
-def free_base_port(span: int) -> int:
-    for _ in range(50):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
-        if port + span < 65000:
-            return port
-    raise RuntimeError("no free port")
 
 
 def main() -> None:

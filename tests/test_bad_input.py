@@ -22,8 +22,9 @@ from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from ports import free_base_port
 from scripted_env import ScriptedAgent, ScriptedBehavior, ScriptedEnv
-from test_reliability import faulty_factory, free_base_port
+from test_reliability import faulty_factory
 
 from mlagents_envs.base_env import (  # isort: skip
     ActionSpec,

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from ports import free_base_port
 
 from unity_sb3.unity import connect
 from unity_sb3.unity.channels import EngineSettings, UnityChannels
@@ -143,17 +144,6 @@ def fake_unity(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     return configure
 
 
-def free_port() -> int:
-    """A port that is free now, with the next few free too (best effort)."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port < 60000 and all(connect._port_is_free(port + i, "127.0.0.1") for i in range(4)):
-            return port
-    pytest.skip("no free port range found")
-
-
 def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -238,7 +228,9 @@ def test_executable_not_executable(tmp_path) -> None:
 def test_process_that_exits_reports_code_and_log(tmp_path) -> None:
     build = write_script(tmp_path / "Crash.x86_64", "#!/bin/sh\necho 'fatal: no GPU' >&2\nexit 3\n")
     with pytest.raises(UnityProcessError) as info:
-        open_unity(str(build), base_port=free_port(), timeout_wait=20, log_folder=str(tmp_path / "logs"))
+        open_unity(
+            str(build), base_port=free_base_port(4), timeout_wait=20, log_folder=str(tmp_path / "logs")
+        )
     error = info.value
     assert error.exit_code == 3
     assert error.log_path == str(tmp_path / "logs" / "Player-0.log")
@@ -252,7 +244,7 @@ def test_hanging_build_times_out_and_is_killed(tmp_path) -> None:
     build = write_script(tmp_path / "Hang.x86_64", f"#!/bin/sh\necho $$ > {pid_file}\nexec sleep 60\n")
     started = time.monotonic()
     with pytest.raises(UnityTimeoutError) as info:
-        open_unity(str(build), base_port=free_port(), timeout_wait=1.0)
+        open_unity(str(build), base_port=free_base_port(4), timeout_wait=1.0)
     assert "did not answer within 1 s" in str(info.value)
     assert "ML-Agents build" in str(info.value)  # says what to check
     assert time.monotonic() - started < 30
@@ -262,13 +254,13 @@ def test_hanging_build_times_out_and_is_killed(tmp_path) -> None:
 
 def test_editor_timeout_says_press_play(caplog) -> None:
     with caplog.at_level(logging.WARNING), pytest.raises(UnityTimeoutError, match="Press Play"):
-        open_unity("editor", base_port=free_port(), timeout_wait=0.3, bind_address="0.0.0.0")
+        open_unity("editor", base_port=free_base_port(4), timeout_wait=0.3, bind_address="0.0.0.0")
     assert "without authentication" in caplog.text  # non-loopback binding warns
 
 
 # ------------------------------------------------------------------ ports
 def test_port_in_use_names_port_and_free_worker(tmp_path) -> None:
-    port = free_port()
+    port = free_base_port(4)
     build = write_script(tmp_path / "Hang.x86_64", "#!/bin/sh\nexec sleep 60\n")
     with socket.socket() as blocker:
         blocker.bind(("127.0.0.1", port))
@@ -282,7 +274,7 @@ def test_port_in_use_names_port_and_free_worker(tmp_path) -> None:
 
 def test_find_free_port_moves_to_next_worker(fake_unity) -> None:
     path, _ = fake_unity()
-    port = free_port()
+    port = free_base_port(4)
     with socket.socket() as blocker:
         blocker.bind(("127.0.0.1", port))
         blocker.listen()
@@ -304,7 +296,7 @@ def test_server_listens_on_loopback_only() -> None:
         probe.close()
     if not lan_ip or lan_ip.startswith("127."):
         pytest.skip("no non-loopback address on this machine")
-    port = free_port()
+    port = free_base_port(4)
     communicator = LoopbackRpcCommunicator(0, port, 1, bind_address="127.0.0.1")
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=2):
@@ -323,14 +315,14 @@ def test_server_listens_on_loopback_only() -> None:
 def test_version_mismatch(fake_unity) -> None:
     path, read = fake_unity(version="2.0.0")
     with pytest.raises(UnityVersionError) as info:
-        open_unity(str(path), base_port=free_port(), timeout_wait=30)
+        open_unity(str(path), base_port=free_base_port(4), timeout_wait=30)
     assert "2.0.0" in str(info.value) and "1.5.0" in str(info.value)
     assert not pid_alive(read()["pid"])
 
 
 def test_build_lifecycle(fake_unity, tmp_path) -> None:
     path, read = fake_unity()
-    port = free_port()
+    port = free_base_port(4)
     env = open_unity(
         str(path),
         base_port=port,
@@ -374,7 +366,7 @@ def test_build_lifecycle(fake_unity, tmp_path) -> None:
 
 def test_process_dying_mid_run_names_exit_code_and_log(fake_unity) -> None:
     path, _ = fake_unity(exit_after=1, code=5)
-    env = open_unity(str(path), base_port=free_port(), timeout_wait=30)
+    env = open_unity(str(path), base_port=free_base_port(4), timeout_wait=30)
     try:
         env.reset()
         with pytest.raises(UnityProcessError) as info:
@@ -388,7 +380,7 @@ def test_process_dying_mid_run_names_exit_code_and_log(fake_unity) -> None:
 
 def test_unreferenced_env_ends_its_process(fake_unity) -> None:
     path, read = fake_unity()
-    env = open_unity(str(path), base_port=free_port(), timeout_wait=30)
+    env = open_unity(str(path), base_port=free_base_port(4), timeout_wait=30)
     pid = read()["pid"]
     assert pid_alive(pid)
     del env
@@ -399,7 +391,7 @@ def test_unreferenced_env_ends_its_process(fake_unity) -> None:
 def test_user_side_channels_are_used(fake_unity) -> None:
     path, _ = fake_unity()
     engine = EngineConfigurationChannel()
-    env = open_unity(str(path), base_port=free_port(), timeout_wait=30, side_channels=[engine])
+    env = open_unity(str(path), base_port=free_base_port(4), timeout_wait=30, side_channels=[engine])
     try:
         assert env.unity_sb3_channels.engine is engine
         assert len(engine.message_queue) == 5  # the default EngineSettings were queued on it
@@ -447,7 +439,7 @@ def test_real_scene_through_stand_in_player() -> None:
     envs = pytest.importorskip("unity_sb3.envs")
     if "Ball3D" not in envs.list_scenes():
         pytest.skip("Ball3D scene not available")
-    env = open_unity("Ball3D", transport="player", base_port=free_port(), num_agents=2, timeout_wait=60)
+    env = open_unity("Ball3D", transport="player", base_port=free_base_port(4), num_agents=2, timeout_wait=60)
     try:
         assert isinstance(env, LocalUnityEnvironment)
         env.reset()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -41,6 +40,7 @@ from mlagents_envs.rpc_communicator import RpcCommunicator
 from mlagents_envs.rpc_utils import behavior_spec_from_proto, steps_from_proto
 from mlagents_envs.side_channel.environment_parameters_channel import EnvironmentParametersChannel
 from mlagents_envs.side_channel.stats_side_channel import StatsSideChannel
+from ports import free_base_port
 
 from unity_sb3.unity import player as player_module
 from unity_sb3.unity.errors import UnityConfigurationError, UnityProcessError, UnityTimeoutError
@@ -83,12 +83,6 @@ _NONE = DimensionProperty.NONE
 
 
 # ---------------------------------------------------------------------------------- helpers
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("localhost", 0))
-        return s.getsockname()[1]
 
 
 def roundtrip(
@@ -151,7 +145,7 @@ def open_player(tmp_path: Path, scene: str, seed: int, **kwargs) -> tuple[UnityE
     env = UnityEnvironment(
         file_name=str(launcher),
         worker_id=0,
-        base_port=free_port(),
+        base_port=free_base_port(4),
         seed=seed,
         no_graphics=True,
         timeout_wait=kwargs.pop("timeout_wait", 30),
@@ -604,7 +598,7 @@ def _handshake(communicator: RpcCommunicator) -> None:
 @pytest.mark.player
 @pytest.mark.parametrize("how", ["python_disappears", "python_stops_answering"])
 def test_player_exits_cleanly_without_python(tmp_path, how):
-    port, log = free_port(), tmp_path / "player.log"
+    port, log = free_base_port(4), tmp_path / "player.log"
     communicator = RpcCommunicator(worker_id=0, base_port=port, timeout_wait=20)
     process = _start_player(port, log, "--timeout", "1")
     try:

@@ -27,6 +27,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from ports import free_base_port
 from scripted_env import ScriptedAgent, ScriptedEnv
 
 from unity_sb3.unity.errors import UnityConfigurationError, UnityProcessError
@@ -34,17 +35,6 @@ from unity_sb3.wrappers.vec_env import UnityVecEnv
 
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
-
-
-def free_base_port(span: int = 8) -> int:
-    """A base port with (probably) ``span`` free ports after it."""
-    for _ in range(50):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
-        if port + span < 65000:
-            return port
-    raise RuntimeError("no free port")
 
 
 def player_kwargs(tmp_path: Path, **extra) -> dict:

@@ -21,6 +21,8 @@ from scripted_env import DEFAULT_BEHAVIOR, ScriptedAgent, ScriptedBehavior, Scri
 from mlagents_envs.base_env import ActionSpec, ActionTuple  # isort: skip
 from mlagents_envs.exception import UnityTimeOutException  # isort: skip
 
+from ports import free_base_port
+
 from unity_sb3.unity.errors import UnityConfigurationError, UnityProcessError
 from unity_sb3.wrappers.vec_env import UnityNoDecisionError, UnityVecEnv
 
@@ -841,23 +843,13 @@ def test_recurrent_ppo_runs_with_slots_bound_to_agents():
 
 
 # ---------------------------------------------------------------------- through the stand-in player (gRPC)
-def _free_base_port(span: int = 4) -> int:
-    import socket
-
-    for _ in range(50):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
-        if port + span < 65000:
-            return port
-    raise RuntimeError("no free port")
 
 
 @pytest.mark.player
 def test_two_players_in_parallel_and_a_killed_one_is_restarted(tmp_path):
     kwargs = {
         "transport": "player",
-        "base_port": _free_base_port(),
+        "base_port": free_base_port(4),
         "find_free_port": True,
         "timeout_wait": 30,
         "num_agents": 3,
@@ -888,7 +880,7 @@ def test_two_players_in_parallel_and_a_killed_one_is_restarted(tmp_path):
 def test_killed_player_is_reported_by_worker_id(tmp_path):
     kwargs = {
         "transport": "player",
-        "base_port": _free_base_port(),
+        "base_port": free_base_port(4),
         "find_free_port": True,
         "timeout_wait": 30,
     }
