@@ -313,3 +313,11 @@ def test_channel_axis() -> None:
     assert channel_axis((1, 84, 84)) == 0
     with pytest.raises(ValueError, match="3 dimensions"):
         channel_axis((84, 84))
+
+
+def test_rpc_communicator_close_has_a_grace_period() -> None:
+    # the behaviour (Unity gets the 400 reply, not a lost connection) is checked end to end by
+    # tests/test_player.py's close_and_check on a plain mlagents UnityEnvironment
+    from mlagents_envs.rpc_communicator import RpcCommunicator
+
+    assert RpcCommunicator._unity_sb3_patched and compat.CLOSE_GRACE_S > 0

@@ -26,6 +26,7 @@ package ``__init__`` does it too), so there is no import-order trap: it works ev
 from __future__ import annotations
 
 import ast
+import contextlib
 import importlib.util
 import logging
 import sys
@@ -221,6 +222,38 @@ def patch_logger_handlers() -> None:
             module.get_logger = get_logger
 
 
+#: seconds a closing gRPC server lets an in-flight ``Exchange`` finish (the 400 "closing" reply)
+CLOSE_GRACE_S = 1.0
+
+
+def patch_communicator_close() -> None:
+    """Let ``RpcCommunicator.close`` deliver its 400 reply before the server stops.
+
+    mlagents_envs sends the 400 message to the pending ``Exchange`` and stops the gRPC server
+    with no grace period at once, which cancels that call before the reply leaves often enough
+    that Unity sees a lost connection instead of a clean close.
+    """
+    from mlagents_envs import rpc_communicator
+    from mlagents_envs.communicator_objects.unity_message_pb2 import UnityMessageProto
+
+    cls = rpc_communicator.RpcCommunicator
+    if getattr(cls, "_unity_sb3_patched", False):
+        return
+
+    def close(self) -> None:  # type: ignore[no-untyped-def]
+        if self.is_open:
+            message = UnityMessageProto()
+            message.header.status = 400
+            with contextlib.suppress(OSError):  # the servicer's end may be gone already
+                self.unity_to_external.parent_conn.send(message)
+            self.unity_to_external.parent_conn.close()
+            self.server.stop(CLOSE_GRACE_S).wait(CLOSE_GRACE_S)
+            self.is_open = False
+
+    cls.close = close
+    cls._unity_sb3_patched = True
+
+
 def install() -> None:
     """Make ``mlagents_envs.communicator_objects.*_pb2`` importable. Idempotent and thread-safe."""
     global _installed
@@ -243,6 +276,7 @@ def install() -> None:
                 setattr(sys.modules[PACKAGE], module, built)
         patch_visual_decoding()
         patch_logger_handlers()
+        patch_communicator_close()
         _installed = True
 
 

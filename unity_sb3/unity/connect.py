@@ -248,15 +248,7 @@ class LoopbackRpcCommunicator(RpcCommunicator):
     def close(self) -> None:
         if not self.is_open:
             return
-        self.is_open = False
-        message = UnityMessageProto()
-        message.header.status = 400
-        with contextlib.suppress(OSError):
-            self.unity_to_external.parent_conn.send(message)
-        # let a pending Exchange deliver the 400 before the server goes away
-        time.sleep(0.05)
-        self.unity_to_external.parent_conn.close()
-        self.server.stop(None)
+        super().close()  # the 400 to Unity, then a server stop with a grace period (compat)
         self._executor.shutdown(wait=False)
         self.unity_to_external.child_conn.close()  # a socket pair: one fd per end
 
