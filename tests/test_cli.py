@@ -102,3 +102,232 @@ def test_no_arguments_means_train() -> None:
 def test_unknown_algorithm_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="Unknown algorithm"):
         main(["train", "--results-dir", str(tmp_path), "--algo", "ppp", *TINY])
+
+
+# ------------------------------------------------------------------ crash restarts, replay buffer
+TINY_SAC_CONFIG = (
+    "buffer_size: 2000\nbatch_size: 32\nlearning_starts: 60\ngradient_steps: 1\n"
+    'policy_kwargs: "dict(net_arch=[16, 16])"\n'
+)
+DEFAULT_RESTARTS = (False, 10, 1, 60.0)  # off; mlagents-learn's 10 lifetime, 1 per 60 s
+
+
+def _restart_settings(config) -> tuple:
+    return (
+        config.restart_on_crash,
+        config.max_restarts,
+        config.restarts_rate_limit_n,
+        config.restarts_rate_limit_period_s,
+    )
+
+
+def _train_config(tmp_path: Path, *extra: str):
+    from unity_sb3.run import config_from_args
+
+    return config_from_args(
+        build_parser().parse_args(["train", "--results-dir", str(tmp_path), *TINY, *extra])
+    )
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        ([], DEFAULT_RESTARTS),
+        (["--restart-on-crash"], (True, 10, 1, 60.0)),
+        (
+            [
+                "--restart-on-crash",
+                "--max-restarts",
+                "-1",
+                "--restarts-rate-limit-n",
+                "-1",
+                "--restarts-rate-limit-period-s",
+                "2.5",
+            ],
+            (True, -1, -1, 2.5),
+        ),
+        (["--max-restarts", "3"], (True, 3, 1, 60.0)),  # a limit alone turns restarts on, as ML-Agents
+        (["--restarts-rate-limit-n", "2"], (True, 10, 2, 60.0)),
+        (["--max-restarts", "0"], (False, 0, 1, 60.0)),  # 0 lifetime restarts: ML-Agents never restarts
+        (["--no-restart-on-crash", "--max-restarts", "3"], (False, 3, 1, 60.0)),
+    ],
+)
+def test_restart_flags_build_the_run_config(tmp_path: Path, flags: list[str], expected: tuple) -> None:
+    config = _train_config(tmp_path, *flags)
+    assert _restart_settings(config) == expected
+    assert config.save_replay_buffer is False
+
+
+def test_restart_flags_reach_the_vec_env(tmp_path: Path) -> None:
+    from unity_sb3.run import make_vec_env
+
+    config = _train_config(
+        tmp_path, "--restart-on-crash", "--max-restarts", "4", "--restarts-rate-limit-n", "-1"
+    )
+    env = make_vec_env(config)
+    try:
+        venv = env.unwrapped
+        assert venv.restart_on_crash is True and venv.max_restarts == 4
+        assert venv.restarts_rate_limit_n == -1 and venv.restarts_rate_limit_period_s == 60.0
+    finally:
+        env.close()
+    config = _train_config(tmp_path)
+    env = make_vec_env(config)
+    try:
+        assert env.unwrapped.restart_on_crash is False
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [
+        ("--max-restarts", "-2", "or -1 for no limit"),
+        ("--max-restarts", "ten", "expected a whole number"),
+        ("--max-restarts", "1.5", "expected a whole number"),
+        ("--restarts-rate-limit-n", "-3", "or -1 for no limit"),
+        ("--restarts-rate-limit-period-s", "0", "positive number of seconds"),
+        ("--restarts-rate-limit-period-s", "-60", "positive number of seconds"),
+        ("--restarts-rate-limit-period-s", "nan", "positive number of seconds"),
+        ("--restarts-rate-limit-period-s", "soon", "expected a number of seconds"),
+    ],
+)
+def test_bad_restart_flags_are_refused(flag: str, value: str, message: str, capsys) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        build_parser().parse_args(["train", f"{flag}={value}"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {flag}" in err and message in err
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        ("max_restarts: -5\n", "max_restarts in .* must be a whole number >= 0, or -1"),
+        ("max_restarts: three\n", "max_restarts in .* must be a whole number"),
+        (
+            "restarts_rate_limit_period_s: 0\n",
+            "restarts_rate_limit_period_s in .* positive number of seconds",
+        ),
+        ("restart_on_crash: sometimes\n", "restart_on_crash in .* must be true or false"),
+        ("save_replay_buffer: 1\n", "save_replay_buffer in .* must be true or false"),
+    ],
+)
+def test_bad_run_settings_in_a_flat_config(tmp_path: Path, text: str, match: str) -> None:
+    path = tmp_path / "flat.yml"
+    path.write_text(TINY_CONFIG + text)
+    with pytest.raises(ValueError, match=match):
+        _train_config(tmp_path, "--config", str(path))
+
+
+def test_flat_config_run_settings_and_cli_override(tmp_path: Path) -> None:
+    path = tmp_path / "flat.yml"
+    path.write_text(TINY_SAC_CONFIG + "restart_on_crash: true\nmax_restarts: 2\nsave_replay_buffer: true\n")
+    config = _train_config(tmp_path, "--algo", "sac", "--config", str(path))
+    assert _restart_settings(config) == (True, 2, 1, 60.0) and config.save_replay_buffer is True
+    assert "max_restarts" not in config.hyperparams and "save_replay_buffer" not in config.hyperparams
+    config = _train_config(
+        tmp_path, "--algo", "sac", "--config", str(path), "--no-save-replay-buffer", "--max-restarts", "6"
+    )
+    assert _restart_settings(config) == (True, 6, 1, 60.0) and config.save_replay_buffer is False
+
+
+def test_save_replay_buffer_with_an_on_policy_algorithm_is_an_error(tmp_path: Path, config: Path) -> None:
+    args = ["train", "--results-dir", str(tmp_path), "--run-id", "p", "--config", str(config), *TINY]
+    with pytest.raises(ValueError, match=r"needs an off-policy algorithm.*ppo is on-policy"):
+        main([*args, "--save-replay-buffer"])
+    assert not (tmp_path / "p").exists(), "refused before a run folder or Unity was opened"
+
+
+def test_sac_replay_buffer_is_saved_and_loaded_on_resume(tmp_path: Path, monkeypatch) -> None:
+    import pickle
+
+    from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
+
+    from unity_sb3 import run as run_module
+
+    sac_config = tmp_path / "sac.yml"
+    sac_config.write_text(TINY_SAC_CONFIG)
+    base = [
+        "train",
+        "--results-dir",
+        str(tmp_path),
+        "--run-id",
+        "s",
+        "--algo",
+        "sac",
+        "--config",
+        str(sac_config),
+    ]
+    assert main([*base, *TINY, "--save-replay-buffer"]) == 0
+    checkpoints = tmp_path / "s" / "checkpoints"
+    buffer_file = checkpoints / "replay_buffer.pkl"
+    assert buffer_file.is_file() and list_checkpoints(checkpoints)
+    with buffer_file.open("rb") as handle:
+        saved = pickle.load(handle)
+    assert saved.size() * saved.n_envs >= 600, "the final save holds every transition (12 slots x 50 steps)"
+
+    loaded_sizes: list[int] = []
+    real_load = run_module.load_replay_buffer_if_present
+
+    def spy(model: OffPolicyAlgorithm, path: Path) -> bool:
+        assert model.replay_buffer.size() == 0, "a freshly loaded SAC starts with an empty buffer"
+        result = real_load(model, path)
+        loaded_sizes.append(model.replay_buffer.size())
+        return result
+
+    monkeypatch.setattr(run_module, "load_replay_buffer_if_present", spy)
+    resumed = [*base, *TINY[2:], "--n-timesteps", "900", "--resume"]
+    assert main(resumed) == 0  # without --save-replay-buffer: loads the buffer, writes no new one
+    assert loaded_sizes == [saved.size()] and loaded_sizes[0] > 0
+    with buffer_file.open("rb") as handle:
+        assert pickle.load(handle).size() == saved.size()
+
+
+def test_replay_buffer_from_a_different_slot_count_is_skipped(tmp_path: Path) -> None:
+    from stable_baselines3 import SAC
+    from stable_baselines3.common.env_util import make_vec_env
+
+    from unity_sb3.run import load_replay_buffer_if_present
+
+    two = SAC("MlpPolicy", make_vec_env("Pendulum-v1", n_envs=2), buffer_size=100, learning_starts=10)
+    two.learn(20)
+    two.save_replay_buffer(tmp_path / "buffer.pkl")
+    one = SAC("MlpPolicy", "Pendulum-v1", buffer_size=100)
+    with pytest.warns(UserWarning, match="saved with 2 environment slots but the run now has 1"):
+        assert load_replay_buffer_if_present(one, tmp_path / "buffer.pkl") is False
+    assert one.replay_buffer.size() == 0
+    assert load_replay_buffer_if_present(one, tmp_path / "missing.pkl") is False
+    other = SAC("MlpPolicy", make_vec_env("Pendulum-v1", n_envs=2), buffer_size=100)
+    assert load_replay_buffer_if_present(other, tmp_path / "buffer.pkl") is True
+    assert other.replay_buffer.size() == two.replay_buffer.size() > 0
+
+
+def _crash_once_at(monkeypatch, call: int) -> None:
+    """Make every embedded scene's ``step`` raise a Unity communication error once, at ``call``."""
+    from mlagents_envs.exception import UnityCommunicationException
+
+    from unity_sb3.envs.base import EmbeddedScene
+
+    real_step, calls = EmbeddedScene.step, [0]
+
+    def step(self) -> None:
+        calls[0] += 1
+        if calls[0] == call:
+            raise UnityCommunicationException("simulated Unity crash")
+        real_step(self)
+
+    monkeypatch.setattr(EmbeddedScene, "step", step)
+
+
+def test_restart_on_crash_through_the_command(tmp_path: Path, config: Path, monkeypatch) -> None:
+    from unity_sb3.unity.errors import UnityProcessError
+
+    args = ["train", "--results-dir", str(tmp_path), "--config", str(config), *TINY]
+    _crash_once_at(monkeypatch, 20)
+    with pytest.raises(UnityProcessError, match="restart_on_crash=True"):
+        main([*args, "--run-id", "off"])
+    _crash_once_at(monkeypatch, 20)
+    with pytest.warns(UserWarning, match=r"worker 0 crashed .*simulated Unity crash.*1 of at most 3"):
+        assert main([*args, "--run-id", "on", "--restart-on-crash", "--max-restarts", "3"]) == 0
+    assert (tmp_path / "on" / "model.zip").is_file()

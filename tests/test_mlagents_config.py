@@ -288,6 +288,46 @@ def test_several_behaviors_need_a_choice() -> None:
         (("behaviors", "3DBall", "hyperparameters"), "beta", "a lot", "must be a number"),
         (("behaviors", "3DBall"), "behavioral_cloning", {"strength": 0.5}, "needs demo_path"),
         ((), "engine_settings", {"timescale": 2}, "Did you mean 'time_scale'"),
+        ((), "env_settings", {"max_lifetime_restart": 3}, "Did you mean 'max_lifetime_restarts'"),
+        (
+            (),
+            "env_settings",
+            {"max_lifetime_restarts": -2},
+            r"env_settings.max_lifetime_restarts must be a whole number >= 0, or -1 for no limit; got -2",
+        ),
+        (
+            (),
+            "env_settings",
+            {"max_lifetime_restarts": "ten"},
+            r"max_lifetime_restarts must be a whole number",
+        ),
+        ((), "env_settings", {"max_lifetime_restarts": 2.5}, r"max_lifetime_restarts must be a whole number"),
+        (
+            (),
+            "env_settings",
+            {"max_lifetime_restarts": True},
+            r"max_lifetime_restarts must be a whole number",
+        ),
+        ((), "env_settings", {"restarts_rate_limit_n": -3}, r"env_settings.restarts_rate_limit_n must be"),
+        ((), "env_settings", {"restarts_rate_limit_n": [1]}, r"env_settings.restarts_rate_limit_n must be"),
+        (
+            (),
+            "env_settings",
+            {"restarts_rate_limit_period_s": 0},
+            r"env_settings.restarts_rate_limit_period_s must be a positive number of seconds",
+        ),
+        (
+            (),
+            "env_settings",
+            {"restarts_rate_limit_period_s": "soon"},
+            r"env_settings.restarts_rate_limit_period_s must be a number",
+        ),
+        (
+            ("behaviors", "3DBall", "hyperparameters"),
+            "save_replay_buffer",
+            True,
+            r"Unknown key 'save_replay_buffer' in behaviors.3DBall.hyperparameters \(ppo\)",
+        ),
     ],
 )
 def test_bad_configs(path: tuple[str, ...], key: str, value, match: str) -> None:
@@ -298,6 +338,119 @@ def test_bad_configs(path: tuple[str, ...], key: str, value, match: str) -> None
     node[key] = value
     with pytest.raises(MLAgentsConfigError, match=match):
         convert_mlagents_config(data)
+
+
+@pytest.mark.parametrize("value", ["yes", 1, None])
+def test_bad_save_replay_buffer(value) -> None:
+    data = _load("3DBall_sac.yaml")
+    data["behaviors"]["3DBall"]["hyperparameters"]["save_replay_buffer"] = value
+    with pytest.raises(
+        MLAgentsConfigError,
+        match=r"behaviors.3DBall.hyperparameters.save_replay_buffer must be true or false",
+    ):
+        convert_mlagents_config(data)
+
+
+@pytest.mark.parametrize(
+    ("env_settings", "restarts", "restart_on_crash"),
+    [
+        ({}, {}, False),  # no restart key: the command's default (off)
+        ({"base_port": 6000}, {}, False),
+        ({"max_lifetime_restarts": 5}, {"max_restarts": 5}, True),
+        ({"max_lifetime_restarts": -1}, {"max_restarts": -1}, True),
+        ({"max_lifetime_restarts": 0}, {"max_restarts": 0}, False),  # ML-Agents never restarts then
+        ({"restarts_rate_limit_n": 3}, {"restarts_rate_limit_n": 3}, True),  # lifetime default 10
+        (
+            {"max_lifetime_restarts": 4, "restarts_rate_limit_n": -1, "restarts_rate_limit_period_s": 30},
+            {"max_restarts": 4, "restarts_rate_limit_n": -1, "restarts_rate_limit_period_s": 30.0},
+            True,
+        ),
+        ({"max_lifetime_restarts": None}, {}, False),  # null: ML-Agents' default, not given
+    ],
+)
+def test_env_settings_restarts_map(env_settings: dict, restarts: dict, restart_on_crash: bool) -> None:
+    data = _load("3DBall_ppo.yaml")
+    data["env_settings"] = env_settings
+    run = convert_mlagents_config(data)
+    assert run.restarts == restarts and run.restart_on_crash is restart_on_crash
+    hyper = run.as_hyperparams()
+    if restarts:
+        assert {k: hyper[k] for k in restarts} == restarts and hyper["restart_on_crash"] is restart_on_crash
+        mapped = {row.source for row in run.rows}
+        assert {f"env_settings.{key}" for key in env_settings} <= mapped
+        assert not {s for s in _unhonored(run) if s.startswith("env_settings.")}
+        assert "restart_on_crash=" in run.table()
+    else:
+        assert not {"restart_on_crash", "max_restarts", "restarts_rate_limit_n"} & set(hyper)
+
+
+def test_sac_save_replay_buffer_maps() -> None:
+    run = convert_mlagents_config(CONFIGS / "3DBall_sac.yaml")  # save_replay_buffer: false
+    assert run.save_replay_buffer is False and "save_replay_buffer" not in run.as_hyperparams()
+    data = _load("3DBall_sac.yaml")
+    data["behaviors"]["3DBall"]["hyperparameters"]["save_replay_buffer"] = True
+    run = convert_mlagents_config(data)
+    assert run.save_replay_buffer is True and run.as_hyperparams()["save_replay_buffer"] is True
+    assert "hyperparameters.save_replay_buffer" not in _unhonored(run)
+    assert "--save-replay-buffer" in run.table()
+
+
+@pytest.mark.parametrize(
+    ("env_settings", "flags", "expected"),
+    [
+        # (restart_on_crash, max_restarts, restarts_rate_limit_n, restarts_rate_limit_period_s)
+        ({}, [], (False, 10, 1, 60.0)),
+        (
+            {"max_lifetime_restarts": 5, "restarts_rate_limit_n": 2, "restarts_rate_limit_period_s": 30},
+            [],
+            (True, 5, 2, 30.0),
+        ),
+        ({"max_lifetime_restarts": 5}, ["--max-restarts", "7"], (True, 7, 1, 60.0)),
+        ({"max_lifetime_restarts": 5}, ["--no-restart-on-crash"], (False, 5, 1, 60.0)),
+        ({"max_lifetime_restarts": 5}, ["--max-restarts", "0"], (False, 0, 1, 60.0)),
+        ({"max_lifetime_restarts": 0}, [], (False, 0, 1, 60.0)),
+        ({"max_lifetime_restarts": 0}, ["--max-restarts", "2"], (True, 2, 1, 60.0)),
+        ({"max_lifetime_restarts": 0}, ["--restart-on-crash"], (True, 0, 1, 60.0)),
+        ({"restarts_rate_limit_n": 2}, ["--restarts-rate-limit-period-s", "5"], (True, 10, 2, 5.0)),
+    ],
+)
+def test_command_line_overrides_env_settings(
+    tmp_path: Path, env_settings: dict, flags: list[str], expected: tuple
+) -> None:
+    from unity_sb3.run import config_from_args
+
+    data = _load("3DBall_ppo.yaml")
+    data["env_settings"] = env_settings
+    config_file = tmp_path / "restarts.yaml"
+    config_file.write_text(yaml.safe_dump(data))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", MLAgentsConfigWarning)
+        config = config_from_args(_args(config_file, tmp_path, *flags))
+    got = (
+        config.restart_on_crash,
+        config.max_restarts,
+        config.restarts_rate_limit_n,
+        config.restarts_rate_limit_period_s,
+    )
+    assert got == expected
+    assert not set(config.hyperparams) & {"restart_on_crash", "max_restarts", "restarts_rate_limit_n"}
+
+
+@pytest.mark.parametrize(("flags", "expected"), [([], True), (["--no-save-replay-buffer"], False)])
+def test_save_replay_buffer_from_the_config_and_its_override(
+    tmp_path: Path, flags: list[str], expected: bool
+) -> None:
+    from unity_sb3.run import config_from_args
+
+    data = _load("3DBall_sac.yaml")
+    data["behaviors"]["3DBall"]["hyperparameters"]["save_replay_buffer"] = True
+    config_file = tmp_path / "sac.yaml"
+    config_file.write_text(yaml.safe_dump(data))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", MLAgentsConfigWarning)
+        config = config_from_args(_args(config_file, tmp_path, *flags))
+    assert config.algo == "sac" and config.save_replay_buffer is expected
+    assert "save_replay_buffer" not in config.hyperparams  # a run setting, not a SAC argument
 
 
 def test_empty_behaviors_and_missing_file(tmp_path: Path) -> None:

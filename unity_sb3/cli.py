@@ -12,6 +12,27 @@ import sys
 from collections.abc import Sequence
 
 
+def _restart_limit(text: str) -> int:
+    """A restart count: a whole number >= 0, or -1 for no limit (ML-Agents' convention)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number (-1 for no limit), got {text!r}") from None
+    if value < -1:
+        raise argparse.ArgumentTypeError(f"must be >= 0, or -1 for no limit; got {value}")
+    return value
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
+    return value
+
+
 def _add_train(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="train an agent (default: PPO on the embedded Ball3D scene)")
     p.add_argument("--env", default="Ball3D", help="embedded scene name, a Unity build path, or 'editor'")
@@ -35,6 +56,46 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--checkpoint-every", type=int, default=50_000, help="agent-steps between checkpoints")
     p.add_argument("--keep-checkpoints", type=int, default=5)
+    p.add_argument(
+        "--save-replay-buffer",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="off-policy algorithms: save the replay buffer with each checkpoint (checkpoints/"
+        "replay_buffer.pkl) so --resume continues with it; an error for on-policy algorithms "
+        "(default: the config's save_replay_buffer, else off)",
+    )
+    restarts = p.add_argument_group(
+        "crash restarts", "as mlagents-learn; these override an ML-Agents config's env_settings"
+    )
+    restarts.add_argument(
+        "--restart-on-crash",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="re-open a Unity instance that crashes or stops answering (default: off, unless the "
+        "config or one of the limits below is given and the lifetime limit is not 0)",
+    )
+    restarts.add_argument(
+        "--max-restarts",
+        type=_restart_limit,
+        default=None,
+        metavar="N",
+        help="restarts per Unity instance over its lifetime (ML-Agents' max_lifetime_restarts; "
+        "-1: no limit; default 10)",
+    )
+    restarts.add_argument(
+        "--restarts-rate-limit-n",
+        type=_restart_limit,
+        default=None,
+        metavar="N",
+        help="restarts per instance within --restarts-rate-limit-period-s (-1: no rate limit; default 1)",
+    )
+    restarts.add_argument(
+        "--restarts-rate-limit-period-s",
+        type=_positive_seconds,
+        default=None,
+        metavar="SECONDS",
+        help="the window of --restarts-rate-limit-n (default 60)",
+    )
     p.add_argument("--device", default="auto")
     p.add_argument("--num-threads", type=int, default=1, help="torch CPU threads (0: torch's default)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")

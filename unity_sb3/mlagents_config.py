@@ -163,6 +163,12 @@ CHECKPOINT_KEYS = (
     "results_dir",
 )
 TORCH_KEYS = ("device",)
+# env_settings restart keys -> the ``unity-sb3 train`` / RunConfig settings they become
+RESTART_KEYS = {
+    "max_lifetime_restarts": "max_restarts",
+    "restarts_rate_limit_n": "restarts_rate_limit_n",
+    "restarts_rate_limit_period_s": "restarts_rate_limit_period_s",
+}
 VIS_ENCODE_TYPES = ("simple", "nature_cnn", "resnet", "match3", "fully_connected")
 SCHEDULE_TYPES = ("linear", "constant")
 # ML-Agents' floors for linear decay (DecayedValue min values in the PPO/POCA optimizers)
@@ -209,6 +215,10 @@ class MLAgentsRun:
     :param hyperparams: the algorithm's constructor arguments (plain data, see module doc).
     :param open_kwargs: keyword arguments for ``open_unity`` (environment parameters, engine
         settings, ports, command-line arguments).
+    :param restarts: crash-restart limits from ``env_settings`` as ``unity-sb3 train`` names
+        them (``max_restarts``, ``restarts_rate_limit_n``, ``restarts_rate_limit_period_s``);
+        only the keys the config gives.
+    :param save_replay_buffer: SAC's ``hyperparameters.save_replay_buffer``.
     :param rows: the mapping, one row per ML-Agents setting.
     """
 
@@ -220,7 +230,15 @@ class MLAgentsRun:
     normalize: bool | dict[str, Any] = False
     hyperparams: dict[str, Any] = field(default_factory=dict)
     open_kwargs: dict[str, Any] = field(default_factory=dict)
+    restarts: dict[str, Any] = field(default_factory=dict)
+    save_replay_buffer: bool = False
     rows: list[MappedSetting] = field(default_factory=list)
+
+    @property
+    def restart_on_crash(self) -> bool:
+        """Whether crashed Unity instances are re-opened: as ML-Agents, when the config gives a
+        restart setting and ``max_lifetime_restarts`` is not 0 (its default is 10)."""
+        return bool(self.restarts) and self.restarts.get("max_restarts", 10) != 0
 
     @property
     def unhonored(self) -> list[MappedSetting]:
@@ -248,8 +266,12 @@ class MLAgentsRun:
         return "\n".join(out)
 
     def as_hyperparams(self) -> dict[str, Any]:
-        """The settings in the format of :func:`unity_sb3.hyperparams.load_hyperparams`."""
-        return {
+        """The settings in the format of :func:`unity_sb3.hyperparams.load_hyperparams`.
+
+        Restart limits and ``save_replay_buffer`` appear only when the config gives them; they
+        are run settings (:class:`unity_sb3.run.RunConfig`), not constructor arguments.
+        """
+        out = {
             "algo": self.algo,
             "n_timesteps": self.n_timesteps,
             "policy": self.policy,
@@ -257,6 +279,11 @@ class MLAgentsRun:
             "open_kwargs": dict(self.open_kwargs),
             **self.hyperparams,
         }
+        if self.restarts:
+            out.update(self.restarts, restart_on_crash=self.restart_on_crash)
+        if self.save_replay_buffer:
+            out["save_replay_buffer"] = True
+        return out
 
 
 def _short(value: Any, limit: int = 40) -> str:
@@ -602,12 +629,16 @@ def _map_sac(m: _Mapper, hyper: dict[str, Any], gamma: float, where: str) -> Non
         f"ent_coef={out['ent_coef']!r}",
         "learned, starting at init_entcoef",
     )
-    if hyper["save_replay_buffer"]:
-        m.ignore(
-            "hyperparameters.save_replay_buffer",
-            True,
-            "unity-sb3 train saves the model only; call model.save_replay_buffer() from Python",
-        )
+    save_buffer = hyper["save_replay_buffer"]
+    if not isinstance(save_buffer, bool):
+        raise MLAgentsConfigError(f"{h}.save_replay_buffer must be true or false, got {save_buffer!r}.")
+    m.run.save_replay_buffer = save_buffer
+    m.row(
+        "hyperparameters.save_replay_buffer",
+        save_buffer,
+        f"unity-sb3 train {'--save-replay-buffer' if save_buffer else '(no replay buffer file)'}",
+        "checkpoints/replay_buffer.pkl beside each checkpoint, loaded by --resume" if save_buffer else "",
+    )
     rs = hyper["reward_signal_steps_per_update"]
     if rs is not None and float(rs) != per_update:
         m.ignore(
@@ -792,10 +823,23 @@ def _map_top_level(m: _Mapper, data: Mapping[str, Any]) -> None:
             elif key == "timeout_wait":
                 m.run.open_kwargs["timeout_wait"] = float(value)
                 m.row("env_settings.timeout_wait", value, f"open_unity(timeout_wait={float(value)})")
+            elif key in RESTART_KEYS:
+                m.run.restarts[RESTART_KEYS[key]] = _restart_setting(key, value)
             else:
                 flag = {"env_path": "--env", "num_envs": "--num-envs", "seed": "--seed"}.get(key)
                 why = f"give it on the command line ({flag})" if flag else "not supported by unity-sb3"
                 m.ignore(f"env_settings.{key}", value, why)
+    if m.run.restarts:
+        for key, target in RESTART_KEYS.items():
+            if target in m.run.restarts:
+                value = m.run.restarts[target]
+                m.row(f"env_settings.{key}", value, f"--{target.replace('_', '-')} {value}")
+        m.row(
+            "(a restart setting is given)",
+            None,
+            f"restart_on_crash={m.run.restart_on_crash}",
+            "ML-Agents re-opens crashed instances unless max_lifetime_restarts is 0",
+        )
     checkpoint = data.get("checkpoint_settings")
     if checkpoint:
         _check_keys(checkpoint, CHECKPOINT_KEYS, "checkpoint_settings")
@@ -812,6 +856,19 @@ def _map_top_level(m: _Mapper, data: Mapping[str, Any]) -> None:
             m.ignore("torch_settings.device", torch_settings["device"], "use unity-sb3 train --device")
     if data.get("debug"):
         m.ignore("debug", True, "use -v/--verbose")
+
+
+def _restart_setting(key: str, value: Any) -> int | float:
+    """Check one ``env_settings`` restart value (ML-Agents' meaning) and return it."""
+    where = f"env_settings.{key}"
+    if key == "restarts_rate_limit_period_s":
+        seconds = _number(value, where)
+        if seconds <= 0:
+            raise MLAgentsConfigError(f"{where} must be a positive number of seconds, got {value!r}.")
+        return seconds
+    if isinstance(value, bool) or not isinstance(value, int) or value < -1:
+        raise MLAgentsConfigError(f"{where} must be a whole number >= 0, or -1 for no limit; got {value!r}.")
+    return value
 
 
 def _normalize_lessons(params: Any) -> Any:

@@ -4,8 +4,15 @@ A run lives in ``results/<run-id>/``:
 
 - ``config.yaml``: the algorithm, environment and hyperparameters it ran with;
 - ``monitor.csv`` (``resume-<k>.monitor.csv`` for each resumed segment): episode rewards/lengths;
-- ``tb/``: TensorBoard logs; ``checkpoints/``: periodic atomic checkpoints;
+- ``tb/``: TensorBoard logs; ``checkpoints/``: periodic atomic checkpoints (and
+  ``replay_buffer.pkl`` with ``--save-replay-buffer``);
 - ``model.zip``: the final model (also written on Ctrl-C); ``learning_curve.png``.
+
+Crash restarts follow ``mlagents-learn``: ``--restart-on-crash`` re-opens a crashed Unity
+instance at most ``--max-restarts`` times over its lifetime (ML-Agents'
+``max_lifetime_restarts``, default 10, -1 for no limit) and at most
+``--restarts-rate-limit-n`` times (default 1, -1 for no limit) within any
+``--restarts-rate-limit-period-s`` seconds (default 60).
 """
 
 from __future__ import annotations
@@ -22,11 +29,23 @@ from unity_sb3.hyperparams import load_hyperparams
 
 MODEL_FILE = "model.zip"
 CONFIG_FILE = "config.yaml"
+REPLAY_BUFFER_FILE = "replay_buffer.pkl"  # in checkpoints/, as AtomicCheckpointCallback writes it
+# run settings a hyperparameter file (an ML-Agents YAML's env_settings, or a flat/RL Zoo file) may
+# give beside the algorithm's arguments; the command line overrides them
+RESTART_SETTINGS = ("max_restarts", "restarts_rate_limit_n", "restarts_rate_limit_period_s")
+RUN_SETTINGS = ("restart_on_crash", *RESTART_SETTINGS, "save_replay_buffer")
 
 
 @dataclass
 class RunConfig:
-    """Everything that defines a training run (saved as ``config.yaml``)."""
+    """Everything that defines a training run (saved as ``config.yaml``).
+
+    The restart settings have ML-Agents' meaning and defaults (``mlagents-learn``'s
+    ``--max-lifetime-restarts 10``, ``--restarts-rate-limit-n 1``,
+    ``--restarts-rate-limit-period-s 60``); they apply only with ``restart_on_crash``.
+    ``save_replay_buffer`` (off-policy algorithms only) writes ``checkpoints/replay_buffer.pkl``
+    with each checkpoint and the final model; ``resume`` loads it when it is there.
+    """
 
     env: str = "Ball3D"
     algo: str = "ppo"
@@ -41,6 +60,11 @@ class RunConfig:
     policy: str = "MlpPolicy"
     hyperparams: dict[str, Any] = field(default_factory=dict)
     open_kwargs: dict[str, Any] = field(default_factory=dict)
+    restart_on_crash: bool = False
+    max_restarts: int = 10
+    restarts_rate_limit_n: int = 1
+    restarts_rate_limit_period_s: float = 60.0
+    save_replay_buffer: bool = False
 
 
 def _plain(value: Any) -> Any:
@@ -75,7 +99,15 @@ def make_vec_env(config: RunConfig, monitor_file: str | Path | None = None):
         # our own player can take any port; a real build may have been started for a known one
         open_kwargs.setdefault("find_free_port", True)
     targets = [config.env] * config.num_envs
-    env = UnityVecEnv(targets, behavior_name=config.behavior, open_kwargs=open_kwargs)
+    env = UnityVecEnv(
+        targets,
+        behavior_name=config.behavior,
+        open_kwargs=open_kwargs,
+        restart_on_crash=config.restart_on_crash,
+        max_restarts=config.max_restarts,
+        restarts_rate_limit_n=config.restarts_rate_limit_n,
+        restarts_rate_limit_period_s=config.restarts_rate_limit_period_s,
+    )
     return VecMonitor(env, filename=str(monitor_file) if monitor_file else None)
 
 
@@ -108,7 +140,8 @@ def train(
 
     :param config: what to train.
     :param run_dir: the run folder (created).
-    :param resume: continue from the newest loadable checkpoint (or the final model) in it.
+    :param resume: continue from the newest loadable checkpoint (or the final model) in it, with
+        the replay buffer saved beside the checkpoints when there is one (off-policy algorithms).
     :param progress: show a progress bar with the live mean reward.
     :param checkpoint_every: agent-steps between checkpoints.
     :param keep_checkpoints: how many checkpoints to keep.
@@ -120,16 +153,25 @@ def train(
     """
     import torch
     from stable_baselines3.common.callbacks import CallbackList
+    from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 
+    from unity_sb3.algorithms.registry import algorithm_class
+
+    algo_cls = algorithm_class(config.algo)
+    if config.save_replay_buffer and not issubclass(algo_cls, OffPolicyAlgorithm):
+        raise ValueError(
+            f"save_replay_buffer (--save-replay-buffer) needs an off-policy algorithm (sac, td3, tqc, ...); "
+            f"{config.algo} is on-policy and has no replay buffer. Drop the option."
+        )
     if num_threads is not None:
         torch.set_num_threads(num_threads)
 
-    from unity_sb3.algorithms.registry import algorithm_class
     from unity_sb3.callbacks import (
         AtomicCheckpointCallback,
         LiveProgressCallback,
         latest_checkpoint,
         save_atomic,
+        save_replay_buffer_atomic,
     )
     from unity_sb3.mlagents_config import mlagents_callbacks, prepare_model_args
     from unity_sb3.plotting import plot_learning_curve
@@ -142,7 +184,6 @@ def train(
     monitor_file = run_dir / ("monitor.csv" if segment == 0 else f"resume-{segment}.monitor.csv")
     (run_dir / CONFIG_FILE).write_text(yaml.safe_dump(_plain(asdict(config)), sort_keys=False))
 
-    algo_cls = algorithm_class(config.algo)
     env = make_vec_env(config, monitor_file)
     stats_file = run_dir / "vecnormalize.pkl"
     env = _wrap_normalize(env, config, stats_file if resume else None)
@@ -158,6 +199,7 @@ def train(
         if start_from is not None:
             model = algo_cls.load(start_from, env=env, device=device, tensorboard_log=str(run_dir / "tb"))
             print(f"Resuming from {start_from} at {model.num_timesteps} steps")
+            load_replay_buffer_if_present(model, checkpoints / REPLAY_BUFFER_FILE)
         else:
             policy, hyperparams = prepare_model_args(config.algo, config.policy, config.hyperparams, env)
             model = algo_cls(
@@ -170,7 +212,12 @@ def train(
                 **hyperparams,
             )
         remaining = config.n_timesteps - (model.num_timesteps if start_from else 0)
-        checkpoint = AtomicCheckpointCallback(checkpoint_every, checkpoints, keep_last=keep_checkpoints)
+        checkpoint = AtomicCheckpointCallback(
+            checkpoint_every,
+            checkpoints,
+            keep_last=keep_checkpoints,
+            save_replay_buffer=config.save_replay_buffer,
+        )
         callbacks = [checkpoint, *mlagents_callbacks(config.open_kwargs, config.behavior)]
         if progress:
             callbacks.append(LiveProgressCallback(max(remaining, 0)))
@@ -190,6 +237,10 @@ def train(
             path = checkpoint.save_now()
             print(f"\nInterrupted: saved checkpoint {path}; continue with --resume")
         model_path = save_atomic(model, run_dir / MODEL_FILE)
+        if config.save_replay_buffer and not interrupted:  # an interrupt's checkpoint saved it already
+            # --resume may start from model.zip: keep the buffer as new as the newest model
+            checkpoints.mkdir(parents=True, exist_ok=True)
+            save_replay_buffer_atomic(model, checkpoints / REPLAY_BUFFER_FILE)
         if hasattr(env, "save") and config.normalize:
             env.save(str(stats_file))
         elapsed = time.monotonic() - started
@@ -204,8 +255,95 @@ def train(
     return model_path
 
 
+def load_replay_buffer_if_present(model: Any, path: str | Path) -> bool:
+    """Load ``path`` into an off-policy ``model``'s replay buffer when the file is there.
+
+    A buffer saved with a different number of ``VecEnv`` slots (``--num-envs`` changed) cannot
+    be appended to; it is skipped with a warning and training starts with an empty buffer.
+
+    :return: whether a buffer was loaded.
+    """
+    import warnings
+
+    from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
+
+    path = Path(path)
+    if not isinstance(model, OffPolicyAlgorithm) or not path.is_file():
+        return False
+    from stable_baselines3.common.save_util import load_from_pkl
+
+    buffer = load_from_pkl(path)
+    if getattr(buffer, "n_envs", model.n_envs) != model.n_envs:
+        warnings.warn(
+            f"{path} was saved with {buffer.n_envs} environment slots but the run now has "
+            f"{model.n_envs}; training continues with an empty replay buffer",
+            stacklevel=2,
+        )
+        return False
+    model.replay_buffer = buffer
+    model.replay_buffer.device = model.device
+    print(f"Loaded the replay buffer {path} ({model.replay_buffer.size()} transitions per slot)")
+    return True
+
+
+def _run_settings(
+    from_file: dict[str, Any], args: argparse.Namespace, where: str = "the config file"
+) -> dict[str, Any]:
+    """Restart and replay-buffer settings: the file's, then the command line's on top.
+
+    ``restart_on_crash`` is the command line's ``--restart-on-crash`` / ``--no-restart-on-crash``
+    when given, else the file's own ``restart_on_crash``; without either, giving any restart
+    limit (in the file or on the command line) turns restarts on unless ``max_restarts`` is 0,
+    as ML-Agents restarts crashed instances whenever its limits allow.
+    """
+    out: dict[str, Any] = {}
+    for key in RESTART_SETTINGS:
+        if key in from_file:
+            out[key] = _check_run_setting(key, from_file[key], f"{key} in {where}")
+    if "save_replay_buffer" in from_file:
+        out["save_replay_buffer"] = _check_run_setting(
+            "save_replay_buffer", from_file["save_replay_buffer"], f"save_replay_buffer in {where}"
+        )
+    file_restart = from_file.get("restart_on_crash")
+    if file_restart is not None:
+        _check_run_setting("restart_on_crash", file_restart, f"restart_on_crash in {where}")
+    cli_limits = False
+    for key in RESTART_SETTINGS:
+        value = getattr(args, key, None)
+        if value is not None:
+            out[key], cli_limits = value, True
+    if getattr(args, "save_replay_buffer", None) is not None:
+        out["save_replay_buffer"] = args.save_replay_buffer
+    if getattr(args, "restart_on_crash", None) is not None:
+        out["restart_on_crash"] = args.restart_on_crash
+    elif file_restart is not None and not cli_limits:
+        out["restart_on_crash"] = file_restart
+    elif any(key in out for key in RESTART_SETTINGS):
+        out["restart_on_crash"] = out.get("max_restarts", RunConfig.max_restarts) != 0
+    return out
+
+
+def _check_run_setting(key: str, value: Any, where: str) -> Any:
+    if key in ("restart_on_crash", "save_replay_buffer"):
+        if not isinstance(value, bool):
+            raise ValueError(f"{where} must be true or false, got {value!r}")
+        return value
+    if key == "restarts_rate_limit_period_s":
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+            raise ValueError(f"{where} must be a positive number of seconds, got {value!r}")
+        return float(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < -1:
+        raise ValueError(f"{where} must be a whole number >= 0, or -1 for no limit; got {value!r}")
+    return value
+
+
 def config_from_args(args: argparse.Namespace) -> RunConfig:
-    """Build a :class:`RunConfig` from ``unity-sb3 train`` arguments and the hyperparameter files."""
+    """Build a :class:`RunConfig` from ``unity-sb3 train`` arguments and the hyperparameter files.
+
+    Restart limits and ``save_replay_buffer`` may come from the file (an ML-Agents YAML's
+    ``env_settings`` / SAC ``hyperparameters.save_replay_buffer``, or top-level keys of a flat
+    file); the command-line flags override them.
+    """
     hyper = load_hyperparams(args.algo, args.env, args.config, behavior=args.behavior)
     algo = hyper.pop("algo", args.algo)  # an ML-Agents config names its trainer_type
     if algo != args.algo:
@@ -224,6 +362,9 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     config.policy = hyper.pop("policy", config.policy)
     config.normalize = hyper.pop("normalize", False)
     config.open_kwargs = hyper.pop("open_kwargs", {})
+    from_file = {key: hyper.pop(key) for key in RUN_SETTINGS if key in hyper}
+    for key, value in _run_settings(from_file, args, where=args.config or "the config file").items():
+        setattr(config, key, value)
     config.hyperparams = hyper
     if args.n_timesteps is not None:
         config.n_timesteps = args.n_timesteps
