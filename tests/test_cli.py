@@ -95,8 +95,11 @@ def test_scenes_lists_every_scene(capsys) -> None:
 
 
 def test_no_arguments_means_train() -> None:
+    from unity_sb3.run import config_from_args
+
     args = build_parser().parse_args(["train"])
-    assert args.env == "Ball3D" and args.algo == "ppo" and args.transport == "player"
+    config = config_from_args(args)
+    assert config.env == "Ball3D" and config.algo == "ppo" and config.transport == "player"
 
 
 def test_unknown_algorithm_is_a_clear_error(tmp_path: Path) -> None:
@@ -277,8 +280,15 @@ def test_sac_replay_buffer_is_saved_and_loaded_on_resume(tmp_path: Path, monkeyp
         return result
 
     monkeypatch.setattr(run_module, "load_replay_buffer_if_present", spy)
-    resumed = [*base, *TINY[2:], "--n-timesteps", "900", "--resume"]
-    assert main(resumed) == 0  # without --save-replay-buffer: loads the buffer, writes no new one
+    # without --algo: resuming takes the run's algorithm (sac) from its config.yaml;
+    # without --save-replay-buffer: loads the buffer, writes no new one
+    resumed = [arg for arg in base if arg not in ("--algo", "sac")] + [
+        *TINY[2:],
+        "--n-timesteps",
+        "900",
+        "--resume",
+    ]
+    assert main(resumed) == 0
     assert loaded_sizes == [saved.size()] and loaded_sizes[0] > 0
     with buffer_file.open("rb") as handle:
         assert pickle.load(handle).size() == saved.size()

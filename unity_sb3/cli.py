@@ -35,8 +35,16 @@ def _positive_seconds(text: str) -> float:
 
 def _add_train(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="train an agent (default: PPO on the embedded Ball3D scene)")
-    p.add_argument("--env", default="Ball3D", help="embedded scene name, a Unity build path, or 'editor'")
-    p.add_argument("--algo", default="ppo", help="ppo, sac, a2c, td3, maskable_ppo, recurrent_ppo, tqc, poca")
+    p.add_argument(
+        "--env",
+        default=None,
+        help="embedded scene name, a Unity build path, or 'editor' (default: Ball3D; with --resume, the run's)",
+    )
+    p.add_argument(
+        "--algo",
+        default=None,
+        help="ppo, sac, a2c, td3, maskable_ppo, recurrent_ppo, tqc, poca (default: ppo; with --resume, the run's)",
+    )
     p.add_argument("--config", help="hyperparameters: an RL Zoo style YAML or an ML-Agents trainer YAML")
     p.add_argument("--behavior", help="behavior name (when the scene has several)")
     p.add_argument("--n-timesteps", type=int, help="agent-steps to train for (overrides the config)")

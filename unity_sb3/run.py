@@ -337,6 +337,19 @@ def _check_run_setting(key: str, value: Any, where: str) -> Any:
     return value
 
 
+def _default_env_and_algo(args: argparse.Namespace) -> None:
+    """Fill ``args.env`` / ``args.algo`` left unset: from the run's ``config.yaml`` when resuming a
+    named run (so ``--resume --run-id X`` continues X's algorithm on X's scene), else Ball3D / ppo."""
+    if args.resume and args.run_id and (args.env is None or args.algo is None):
+        saved = Path(args.results_dir) / args.run_id / CONFIG_FILE
+        if saved.exists():
+            previous = yaml.safe_load(saved.read_text()) or {}
+            args.env = args.env or previous.get("env")
+            args.algo = args.algo or previous.get("algo")
+    args.env = args.env or "Ball3D"
+    args.algo = args.algo or "ppo"
+
+
 def config_from_args(args: argparse.Namespace) -> RunConfig:
     """Build a :class:`RunConfig` from ``unity-sb3 train`` arguments and the hyperparameter files.
 
@@ -344,6 +357,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     ``env_settings`` / SAC ``hyperparameters.save_replay_buffer``, or top-level keys of a flat
     file); the command-line flags override them.
     """
+    _default_env_and_algo(args)
     hyper = load_hyperparams(args.algo, args.env, args.config, behavior=args.behavior)
     algo = hyper.pop("algo", args.algo)  # an ML-Agents config names its trainer_type
     if algo != args.algo:
@@ -390,6 +404,7 @@ def _free_run_dir(results: Path, base: str) -> Path:
 
 
 def train_from_args(args: argparse.Namespace) -> int:
+    _default_env_and_algo(args)
     results = Path(args.results_dir)
     default_id = f"{Path(args.env).name}_{args.algo}"
     if args.run_id is None and not (args.resume or args.force):
