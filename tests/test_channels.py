@@ -524,3 +524,226 @@ def test_stats_callback_inside_ppo(tmp_path) -> None:
     rows = read_progress(tmp_path)
     assert [row["steps"] for row in rows] == [16.0, 16.0]
     assert [row["t"] for row in rows] == [16.0, 32.0]
+
+
+# ------------------------------------------------------------------ curriculum state (resume)
+def scale_curriculum(threshold: float = 1e9, min_lesson_length: int = 100) -> dict:
+    """Ball3D's ``scale`` in three lessons; only the test's state moves past lesson 0."""
+    crit = {"behavior": "3DBall", "threshold": threshold, "min_lesson_length": min_lesson_length}
+    return {
+        "scale": {
+            "curriculum": [
+                {"name": "small", "value": 1.0, "completion_criteria": crit},
+                {"name": "medium", "value": 1.5, "completion_criteria": crit},
+                {"name": "large", "value": 2.0},
+            ]
+        },
+        "gravity": 9.81,
+    }
+
+
+def medium_state(smoothed: float = 3.25) -> dict:
+    return {
+        "lesson_numbers": {"scale": 1, "gravity": 0},
+        "lesson_names": {"scale": "medium", "gravity": "gravity"},
+        "smoothed_values": {"scale": smoothed, "gravity": 0.0},
+    }
+
+
+def parameter_messages(channels: UnityChannels) -> list[tuple]:
+    """The environment-parameter messages queued for Unity, as its C# channel reads them."""
+    return [csharp_environment_parameter(p) for g, p in csharp_split(wire(channels)) if g == PARAMS_GUID]
+
+
+def test_curriculum_state_round_trip_through_json() -> None:
+    import json
+
+    params = EnvironmentParameters(scale_curriculum(threshold=1.0, min_lesson_length=1))
+    params.update_lessons(0.0, [4.0])  # smoothed 0.75 * 4 = 3 > 1: lesson 1
+    params.update_lessons(0.0, [0.0])  # smoothed 0.25 * 3 = 0.75: stays
+    state = params.state_dict()
+    assert state == medium_state(smoothed=0.75)
+    other = EnvironmentParameters(scale_curriculum(threshold=1.0, min_lesson_length=1))
+    other.load_state_dict(json.loads(json.dumps(state)))
+    assert other.lesson_numbers == {"scale": 1, "gravity": 0}
+    assert other.smoothed_values == {"scale": 0.75, "gravity": 0.0}
+    assert other.current_lessons()["scale"].name == "medium"
+    # the smoothed reward continues: 0.25 * 0.75 + 0.75 * 2 = 1.6875 > 1 ends the lesson
+    assert other.update_lessons(0.0, [2.0]) == (True, False) and other.lesson_numbers["scale"] == 2
+
+
+def test_loaded_lessons_reach_the_embedded_scene() -> None:
+    from unity_sb3.unity.connect import open_unity
+
+    params = EnvironmentParameters(scale_curriculum())
+    params.load_state_dict(medium_state())
+    env = open_unity("Ball3D", transport="inprocess", num_agents=2, environment_parameters=params)
+    try:
+        env.reset()
+        assert env.side_channels.environment_parameters == pytest.approx({"scale": 1.5, "gravity": 9.81})
+        scales = env.unity_sb3_channels.stats.get_and_reset_stats()["Environment/BallScale"]
+        assert [value for value, _ in scales] == [1.5, 1.5]  # both first episodes use the saved lesson
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        (
+            lambda s: s["lesson_numbers"].update(size=0),
+            r"parameter 'size' that environment_parameters does not",
+        ),
+        (
+            lambda s: s["lesson_numbers"].update(scale=3),
+            r"'scale' was saved in lesson 3 but its curriculum now has 3",
+        ),
+        (lambda s: s["lesson_numbers"].update(gravity=1), r"'gravity' was saved in lesson 1 .* has 1 lesson"),
+        (
+            lambda s: s["lesson_names"].update(scale="huge"),
+            r"'scale': lesson 1 was named 'huge' when saved and is 'medium'",
+        ),
+    ],
+    ids=["unknown-parameter", "lesson-out-of-range", "constant-out-of-range", "renamed-lesson"],
+)
+def test_curriculum_state_that_does_not_fit_is_an_error(change, match: str) -> None:
+    params = EnvironmentParameters(scale_curriculum())
+    state = medium_state()
+    change(state)
+    with pytest.raises(UnityConfigurationError, match=match) as error:
+        params.load_state_dict(state)
+    assert "environment_parameters changed since the state was saved" in str(error.value)
+    assert params.lesson_numbers == {"scale": 0, "gravity": 0}, "a failed load changes nothing"
+
+
+@pytest.mark.parametrize(
+    ("state", "match"),
+    [
+        ([1, 2], "a mapping with 'lesson_numbers'"),
+        ({"smoothed_values": {}}, "a mapping with 'lesson_numbers'"),
+        ({"lesson_numbers": {"scale": -1}}, "lesson number of 'scale' must be an int >= 0"),
+        ({"lesson_numbers": {"scale": 1.0}}, "lesson number of 'scale' must be an int >= 0"),
+        ({"lesson_numbers": {"scale": True}}, "lesson number of 'scale' must be an int >= 0"),
+        ({"lesson_numbers": {}, "smoothed_values": {"scale": math.nan}}, "smoothed value of 'scale'"),
+        ({"lesson_numbers": {}, "lesson_names": ["a"]}, "lesson_names must be a mapping"),
+    ],
+)
+def test_malformed_curriculum_state_is_an_error(state: object, match: str) -> None:
+    with pytest.raises(UnityConfigurationError, match=match):
+        EnvironmentParameters(scale_curriculum()).load_state_dict(state)
+    with pytest.raises(UnityConfigurationError, match=match):  # also with strict=False
+        EnvironmentParameters(scale_curriculum()).load_state_dict(state, strict=False)
+
+
+def test_non_strict_load_warns_clamps_and_ignores() -> None:
+    params = EnvironmentParameters(scale_curriculum())
+    state = {"lesson_numbers": {"scale": 7, "size": 2}, "smoothed_values": {"scale": 1.0, "size": 5.0}}
+    with pytest.warns(UserWarning) as record:
+        params.load_state_dict(state, strict=False)
+    messages = " | ".join(str(w.message) for w in record)
+    assert "'size' that environment_parameters does not have" in messages
+    assert "'scale' was saved in lesson 7" in messages
+    assert params.lesson_numbers == {"scale": 2, "gravity": 0}  # clamped to the last lesson
+    assert params.smoothed_values == {"scale": 1.0, "gravity": 0.0}
+
+
+def test_curriculum_missing_from_the_state_starts_at_lesson_0(caplog: pytest.LogCaptureFixture) -> None:
+    config = scale_curriculum()
+    config["mass"] = {
+        "curriculum": [dict(lesson, value=i) for i, lesson in enumerate(config["scale"]["curriculum"])]
+    }
+    params = EnvironmentParameters(config)
+    params.smoothed_values["mass"] = 9.0
+    with caplog.at_level("WARNING"):
+        params.load_state_dict(medium_state())
+    assert params.lesson_numbers == {"scale": 1, "gravity": 0, "mass": 0}
+    assert params.smoothed_values["mass"] == 0.0
+    assert "no 'mass': it starts at lesson 0" in caplog.text
+
+
+def test_curriculum_callback_resumes_inside_ppo(tmp_path) -> None:
+    """A state loaded before ``learn`` (parameters found on the env at training start): the
+    lessons are the saved ones, the scene is reset with their values before the first
+    training step, and the recent episode returns continue."""
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.vec_env import VecMonitor
+
+    from unity_sb3.unity.channels import CurriculumCallback
+    from unity_sb3.unity.connect import open_unity
+    from unity_sb3.wrappers.vec_env import UnityVecEnv
+
+    env = open_unity("Ball3D", transport="inprocess", num_agents=2, environment_parameters=scale_curriculum())
+    venv = VecMonitor(UnityVecEnv([env]))
+    channels = env.unity_sb3_channels
+    scales: list[float] = []
+
+    def drain() -> None:
+        scales.extend(v for v, _ in channels.stats.get_and_reset_stats().get("Environment/BallScale", []))
+
+    class AtStart(BaseCallback):
+        def _on_training_start(self) -> None:
+            drain()
+            self.first_training_scales = scales[-2:]  # the episodes training starts with
+
+        def _on_step(self) -> bool:
+            return True
+
+    try:
+        drain()
+        assert scales and set(scales) == {1.0}, "opened at lesson 0"
+        callback = CurriculumCallback()
+        with pytest.raises(UnityConfigurationError, match="no environment parameters yet"):
+            callback.state_dict()
+        callback.load_state_dict({"parameters": medium_state(), "reward_buffer": [1.0, 2.0, 3.0]})
+        model = PPO("MlpPolicy", venv, n_steps=8, batch_size=16, n_epochs=1, device="cpu", seed=0)
+        at_start = AtStart()
+        model.learn(16, callback=[callback, at_start])
+        drain()
+        assert callback.parameters is channels.parameters
+        assert callback.parameters.lesson_numbers == {"scale": 1, "gravity": 0}
+        assert at_start.first_training_scales == [1.5, 1.5], "reset with the loaded lesson before training"
+        assert env.side_channels.environment_parameters["scale"] == 1.5
+        assert scales[-1] == 1.5 and 1.0 not in scales[scales.index(1.5) :]
+        state = callback.state_dict()
+        assert state["parameters"]["lesson_numbers"] == {"scale": 1, "gravity": 0}
+        assert state["parameters"]["smoothed_values"]["scale"] == 3.25
+        assert state["reward_buffer"][:3] == [1.0, 2.0, 3.0]
+    finally:
+        venv.close()
+
+
+def test_curriculum_callback_load_with_parameters_queues_values_at_once() -> None:
+    from unity_sb3.unity.channels import CurriculumCallback
+
+    channels = UnityChannels()
+    callback = CurriculumCallback(scale_curriculum(), channels=channels)
+    with pytest.raises(UnityConfigurationError, match="'scale' was saved in lesson 5"):
+        callback.load_state_dict({"parameters": {"lesson_numbers": {"scale": 5}}})
+    assert parameter_messages(channels) == [], "nothing sent for a refused state"
+    with pytest.raises(UnityConfigurationError, match="reward_buffer must be a list"):
+        callback.load_state_dict({"parameters": medium_state(), "reward_buffer": "1, 2"})
+    callback.load_state_dict({"parameters": medium_state(), "reward_buffer": [4.0]})
+    assert parameter_messages(channels) == [("scale", "Float", 1.5), ("gravity", "Float", f32(9.81))]
+    assert callback.state_dict() == {"parameters": medium_state(), "reward_buffer": [4.0]}
+
+
+def test_curriculum_callback_resends_values_to_a_restarted_instance(tmp_path) -> None:
+    from unity_sb3.unity.channels import CurriculumCallback
+
+    first = UnityChannels()
+    env = SimpleNamespace(unity_sb3_channels=first, num_envs=1)
+    model = FakeModel(env, str(tmp_path))
+    callback = CurriculumCallback(scale_curriculum(), behavior_name="3DBall")
+    callback.load_state_dict({"parameters": medium_state()})
+    callback.init_callback(model)
+    callback.update_locals({"rewards": np.zeros(1), "dones": np.zeros(1, bool), "infos": [{}]})
+    callback.on_step()
+    second = UnityChannels()  # the re-opened instance; it got lesson-0 values when it opened
+    env.unity_sb3_channels = second
+    callback.update_locals(
+        {"rewards": np.zeros(1), "dones": np.ones(1, bool), "infos": [{"restarted": True}]}
+    )
+    callback.on_step()
+    assert callback.channels == [second]
+    assert parameter_messages(second) == [("scale", "Float", 1.5), ("gravity", "Float", f32(9.81))]

@@ -9,6 +9,7 @@ import yaml
 
 from unity_sb3.callbacks import list_checkpoints
 from unity_sb3.cli import build_parser, main
+from unity_sb3.unity.errors import UnityConfigurationError
 
 TINY = ["--n-timesteps", "600", "--checkpoint-every", "300", "--no-progress", "--transport", "inprocess"]
 TINY_CONFIG = "n_steps: 25\nbatch_size: 100\nn_epochs: 1\n"
@@ -341,3 +342,145 @@ def test_restart_on_crash_through_the_command(tmp_path: Path, config: Path, monk
     with pytest.warns(UserWarning, match=r"worker 0 crashed .*simulated Unity crash.*1 of at most 3"):
         assert main([*args, "--run-id", "on", "--restart-on-crash", "--max-restarts", "3"]) == 0
     assert (tmp_path / "on" / "model.zip").is_file()
+
+
+# ------------------------------------------------------------------ curriculum state and --resume
+# the tiny ML-Agents config maps with warnings about settings SB3 cannot honour
+QUIET_MLAGENTS_CONFIG = pytest.mark.filterwarnings("ignore::unity_sb3.mlagents_config.MLAgentsConfigWarning")
+
+
+def _curriculum_yaml(path: Path, lessons: tuple[str, ...] = ("small", "medium", "large")) -> Path:
+    """A tiny ML-Agents 3DBall config whose first lesson ends with the first finished episode."""
+    easy = {"behavior": "3DBall", "threshold": -1000.0, "min_lesson_length": 1, "signal_smoothing": False}
+    never = {"behavior": "3DBall", "threshold": 1e9, "min_lesson_length": 1}
+    curriculum = [
+        {"name": name, "value": 1.0 + 0.5 * i, "completion_criteria": easy if i == 0 else never}
+        for i, name in enumerate(lessons)
+    ]
+    del curriculum[-1]["completion_criteria"]
+    data = {
+        "behaviors": {
+            "3DBall": {
+                "trainer_type": "ppo",
+                "hyperparameters": {"batch_size": 100, "buffer_size": 300, "num_epoch": 1},
+                "network_settings": {"hidden_units": 16, "num_layers": 1},
+                "max_steps": 600,
+            }
+        },
+        "environment_parameters": {"scale": {"curriculum": curriculum}},
+    }
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def _record_scene_resets(monkeypatch) -> list[object]:
+    """The ``scale`` each embedded-scene reset ran with (what Unity received before it)."""
+    from unity_sb3.envs.base import EmbeddedScene
+
+    real_reset, seen = EmbeddedScene.reset, []
+
+    def reset(self) -> None:
+        real_reset(self)
+        seen.append(self.side_channels.environment_parameters.get("scale"))
+
+    monkeypatch.setattr(EmbeddedScene, "reset", reset)
+    return seen
+
+
+@QUIET_MLAGENTS_CONFIG
+def test_curriculum_lessons_survive_resume(tmp_path: Path, monkeypatch, capsys) -> None:
+    import json
+
+    from stable_baselines3 import PPO
+
+    config = _curriculum_yaml(tmp_path / "curriculum.yaml")
+    base = ["train", "--results-dir", str(tmp_path), "--run-id", "c", "--config", str(config), *TINY]
+    assert main(base) == 0
+    run = tmp_path / "c"
+    state = json.loads((run / "curriculum.json").read_text())
+    assert state["parameters"]["lesson_numbers"] == {"scale": 1}
+    assert state["parameters"]["lesson_names"] == {"scale": "medium"}
+    assert state["num_timesteps"] == PPO.load(run / "model.zip").num_timesteps
+
+    resets = _record_scene_resets(monkeypatch)
+    capsys.readouterr()
+    assert main([*base, "--n-timesteps", "900", "--resume"]) == 0
+    assert "Curricula resume at lessons {'scale': 1}" in capsys.readouterr().out
+    assert resets and all(scale == 1.5 for scale in resets), f"every reset of the resumed run: {resets}"
+    state = json.loads((run / "curriculum.json").read_text())
+    assert state["parameters"]["lesson_numbers"] == {"scale": 1}
+    assert state["num_timesteps"] == PPO.load(run / "model.zip").num_timesteps >= 900
+
+
+@QUIET_MLAGENTS_CONFIG
+def test_ctrl_c_saves_the_curriculum_with_its_checkpoint(tmp_path: Path, monkeypatch) -> None:
+    import json
+
+    from unity_sb3.envs.base import EmbeddedScene
+
+    real_step, calls = EmbeddedScene.step, [0]
+
+    def step(self) -> None:
+        calls[0] += 1
+        if calls[0] == 45:
+            raise KeyboardInterrupt
+        real_step(self)
+
+    monkeypatch.setattr(EmbeddedScene, "step", step)
+    config = _curriculum_yaml(tmp_path / "curriculum.yaml")
+    args = ["train", "--results-dir", str(tmp_path), "--run-id", "i", "--config", str(config), *TINY]
+    assert main([*args, "--n-timesteps", "6000"]) == 0
+    run = tmp_path / "i"
+    [*_, (steps, _)] = list_checkpoints(run / "checkpoints")
+    assert steps % 300 != 0, "the newest checkpoint is the interrupt's"
+    state = json.loads((run / "curriculum.json").read_text())
+    assert state["num_timesteps"] == steps and state["parameters"]["lesson_numbers"] == {"scale": 1}
+
+
+@QUIET_MLAGENTS_CONFIG
+def test_resume_with_a_changed_curriculum_is_refused_before_unity_opens(tmp_path: Path) -> None:
+    import json
+
+    run = tmp_path / "x"
+    run.mkdir()
+    saved = {
+        "lesson_numbers": {"scale": 2},
+        "lesson_names": {"scale": "large"},
+        "smoothed_values": {"scale": 0.0},
+    }
+    (run / "curriculum.json").write_text(json.dumps({"format": 1, "num_timesteps": 600, "parameters": saved}))
+    (run / "config.yaml").write_text("previous: run\n")
+    config = _curriculum_yaml(tmp_path / "two.yaml", lessons=("small", "medium"))
+    args = [
+        "train",
+        "--results-dir",
+        str(tmp_path),
+        "--run-id",
+        "x",
+        "--config",
+        str(config),
+        *TINY,
+        "--resume",
+    ]
+    with pytest.raises(UnityConfigurationError) as error:
+        main(args)
+    message = str(error.value)
+    assert "curriculum.json does not fit" in message and "'scale' was saved in lesson 2" in message
+    assert "delete it to restart every curriculum at lesson 0" in message
+    assert (run / "config.yaml").read_text() == "previous: run\n", "nothing written"
+    assert not list(run.glob("*monitor.csv")), "Unity was not opened"
+    (run / "curriculum.json").write_text("{not json")
+    with pytest.raises(ValueError, match=r"curriculum\.json is not a readable"):
+        main(args)
+
+
+@QUIET_MLAGENTS_CONFIG
+def test_resume_without_a_curriculum_file_starts_at_lesson_0(tmp_path: Path, monkeypatch) -> None:
+    config = _curriculum_yaml(tmp_path / "curriculum.yaml")
+    args = ["train", "--results-dir", str(tmp_path), "--run-id", "m", "--config", str(config), *TINY]
+    assert main([*args, "--n-timesteps", "300"]) == 0
+    (tmp_path / "m" / "curriculum.json").unlink()
+    resets = _record_scene_resets(monkeypatch)
+    with pytest.warns(UserWarning, match="curriculum.json is missing"):
+        assert main([*args, "--n-timesteps", "400", "--resume"]) == 0
+    assert resets[0] == 1.0

@@ -1041,12 +1041,18 @@ def _check_hyperparameter_names(algo: str, kwargs: Mapping[str, Any]) -> None:
 
 
 def mlagents_callbacks(open_kwargs: Mapping[str, Any], behavior: str | None = None) -> list[Any]:
-    """Callbacks a run needs for its ``open_kwargs``: a ``CurriculumCallback`` when there is a curriculum."""
+    """Callbacks a run needs for its ``open_kwargs``: a ``CurriculumCallback`` when there is a curriculum.
+
+    An ``EnvironmentParameters`` object in ``open_kwargs["environment_parameters"]`` (the one the
+    Unity instances were opened with) is the one the callback advances; a mapping lets the
+    callback take the parameters ``open_unity`` stored on the environment.
+    """
     params = open_kwargs.get("environment_parameters")
     if not params:
         return []
     from unity_sb3.unity.channels import CurriculumCallback, EnvironmentParameters
 
-    if not EnvironmentParameters(params).has_curriculum:
+    given = params if isinstance(params, EnvironmentParameters) else None
+    if not (given or EnvironmentParameters(params)).has_curriculum:
         return []
-    return [CurriculumCallback(behavior_name=behavior)]
+    return [CurriculumCallback(given, behavior_name=behavior)]

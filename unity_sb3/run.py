@@ -6,7 +6,9 @@ A run lives in ``results/<run-id>/``:
 - ``monitor.csv`` (``resume-<k>.monitor.csv`` for each resumed segment): episode rewards/lengths;
 - ``tb/``: TensorBoard logs; ``checkpoints/``: periodic atomic checkpoints (and
   ``replay_buffer.pkl`` with ``--save-replay-buffer``);
-- ``model.zip``: the final model (also written on Ctrl-C); ``learning_curve.png``.
+- ``model.zip``: the final model (also written on Ctrl-C); ``learning_curve.png``;
+- ``curriculum.json`` (runs with a curriculum): each parameter's lesson, written atomically with
+  every checkpoint, on Ctrl-C and at the end; ``--resume`` continues at those lessons.
 
 Crash restarts follow ``mlagents-learn``: ``--restart-on-crash`` re-opens a crashed Unity
 instance at most ``--max-restarts`` times over its lifetime (ML-Agents'
@@ -18,8 +20,12 @@ instance at most ``--max-restarts`` times over its lifetime (ML-Agents'
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+import warnings
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +36,8 @@ from unity_sb3.hyperparams import load_hyperparams
 MODEL_FILE = "model.zip"
 CONFIG_FILE = "config.yaml"
 REPLAY_BUFFER_FILE = "replay_buffer.pkl"  # in checkpoints/, as AtomicCheckpointCallback writes it
+CURRICULUM_FILE = "curriculum.json"
+CURRICULUM_FORMAT = 1
 # run settings a hyperparameter file (an ML-Agents YAML's env_settings, or a flat/RL Zoo file) may
 # give beside the algorithm's arguments; the command line overrides them
 RESTART_SETTINGS = ("max_restarts", "restarts_rate_limit_n", "restarts_rate_limit_period_s")
@@ -175,16 +183,20 @@ def train(
     )
     from unity_sb3.mlagents_config import mlagents_callbacks, prepare_model_args
     from unity_sb3.plotting import plot_learning_curve
+    from unity_sb3.unity.channels import CurriculumCallback
 
     run_dir = Path(run_dir)
     checkpoints = run_dir / "checkpoints"
+    curriculum_file = run_dir / CURRICULUM_FILE
+    # before anything is written or opened: a saved curriculum that no longer fits is an error
+    open_config, curriculum_state = _prepare_curriculum(config, curriculum_file if resume else None)
     run_dir.mkdir(parents=True, exist_ok=True)
     segment = len(_monitor_files(run_dir))
     # SB3's monitor writer only keeps names that end in "monitor.csv"
     monitor_file = run_dir / ("monitor.csv" if segment == 0 else f"resume-{segment}.monitor.csv")
     (run_dir / CONFIG_FILE).write_text(yaml.safe_dump(_plain(asdict(config)), sort_keys=False))
 
-    env = make_vec_env(config, monitor_file)
+    env = make_vec_env(open_config, monitor_file)
     stats_file = run_dir / "vecnormalize.pkl"
     env = _wrap_normalize(env, config, stats_file if resume else None)
     start_from = None
@@ -212,13 +224,25 @@ def train(
                 **hyperparams,
             )
         remaining = config.n_timesteps - (model.num_timesteps if start_from else 0)
+        extra = mlagents_callbacks(open_config.open_kwargs, config.behavior)
+        curriculum = next((c for c in extra if isinstance(c, CurriculumCallback)), None)
+
+        def save_curriculum() -> None:
+            if curriculum is not None:
+                save_curriculum_state(curriculum, curriculum_file, model.num_timesteps)
+
+        if curriculum is not None and curriculum_state is not None:
+            _check_curriculum_step(curriculum_state, model.num_timesteps, curriculum_file)
+            curriculum.load_state_dict(curriculum_state)  # lessons are loaded already; adds the reward buffer
         checkpoint = AtomicCheckpointCallback(
             checkpoint_every,
             checkpoints,
             keep_last=keep_checkpoints,
             save_replay_buffer=config.save_replay_buffer,
         )
-        callbacks = [checkpoint, *mlagents_callbacks(config.open_kwargs, config.behavior)]
+        _after_each_save(checkpoint, save_curriculum)
+        # the curriculum sees each step before the checkpoint of that step saves its state
+        callbacks = [*extra, checkpoint]
         if progress:
             callbacks.append(LiveProgressCallback(max(remaining, 0)))
         interrupted = False
@@ -237,6 +261,7 @@ def train(
             path = checkpoint.save_now()
             print(f"\nInterrupted: saved checkpoint {path}; continue with --resume")
         model_path = save_atomic(model, run_dir / MODEL_FILE)
+        save_curriculum()
         if config.save_replay_buffer and not interrupted:  # an interrupt's checkpoint saved it already
             # --resume may start from model.zip: keep the buffer as new as the newest model
             checkpoints.mkdir(parents=True, exist_ok=True)
@@ -253,6 +278,125 @@ def train(
     state = "stopped early" if interrupted else "finished"
     print(f"Training {state} after {elapsed:.0f} s. Model: {model_path}  Learning curve: {curve}")
     return model_path
+
+
+def _prepare_curriculum(
+    config: RunConfig, state_file: Path | None
+) -> tuple[RunConfig, dict[str, Any] | None]:
+    """The config to open Unity with, and the curriculum state read from ``state_file``.
+
+    The ``environment_parameters`` are parsed once into one ``EnvironmentParameters`` that every
+    Unity instance shares (a re-opened crashed instance gets the current lessons, not lesson 0)
+    and the saved lessons are loaded into it *before* Unity opens, so that the first episodes
+    already run with them.
+
+    :param config: the run's configuration (not changed).
+    :param state_file: ``curriculum.json`` when resuming, else ``None``.
+    :return: ``(config for make_vec_env, the saved CurriculumCallback state or None)``.
+    """
+    params = config.open_kwargs.get("environment_parameters")
+    if not params:
+        return config, None
+    from unity_sb3.unity.channels import EnvironmentParameters
+    from unity_sb3.unity.errors import UnityConfigurationError
+
+    if isinstance(params, EnvironmentParameters):
+        parameters = params
+    else:
+        parameters = EnvironmentParameters(params, seed=config.open_kwargs.get("seed", config.seed))
+    state = None
+    if state_file is not None and parameters.has_curriculum:
+        if state_file.is_file():
+            state = load_curriculum_state(state_file)
+            try:
+                parameters.load_state_dict(state["parameters"])
+            except UnityConfigurationError as error:
+                raise UnityConfigurationError(
+                    f"--resume: {state_file} does not fit this run's environment_parameters: {error} "
+                    f"To continue anyway, edit {state_file}, or delete it to restart every curriculum at "
+                    "lesson 0."
+                ) from None
+            lessons = {
+                n: parameters.lesson_numbers[n] for n, p in parameters.parameters.items() if p.is_curriculum
+            }
+            print(f"Curricula resume at lessons {lessons} (from {state_file})")
+        else:
+            warnings.warn(
+                f"--resume: {state_file} is missing (a run from before curricula were saved?); every "
+                "curriculum starts at lesson 0",
+                stacklevel=3,
+            )
+    open_kwargs = {**config.open_kwargs, "environment_parameters": parameters}
+    return replace(config, open_kwargs=open_kwargs), state
+
+
+def save_curriculum_state(callback: Any, path: str | Path, num_timesteps: int) -> Path:
+    """Write ``callback.state_dict()`` (a ``CurriculumCallback``) to ``path`` as JSON, atomically.
+
+    :param callback: the run's ``CurriculumCallback``.
+    :param path: the file (``curriculum.json`` in the run folder).
+    :param num_timesteps: the model's step count, stored to check it against the resumed model.
+    :return: ``path``.
+    """
+    state = {"format": CURRICULUM_FORMAT, "num_timesteps": int(num_timesteps), **callback.state_dict()}
+    return _write_json_atomic(state, Path(path))
+
+
+def load_curriculum_state(path: str | Path) -> dict[str, Any]:
+    """Read a file written by :func:`save_curriculum_state`.
+
+    :raises ValueError: if it is not such a file (naming the file).
+    """
+    path = Path(path)
+    try:
+        state = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise ValueError(
+            f"{path} is not a readable curriculum state ({error}); delete it to restart "
+            "every curriculum at lesson 0"
+        ) from None
+    if not isinstance(state, dict) or state.get("format") != CURRICULUM_FORMAT or "parameters" not in state:
+        raise ValueError(
+            f"{path} is not a curriculum state of format {CURRICULUM_FORMAT} (written by unity-sb3 train); "
+            "delete it to restart every curriculum at lesson 0"
+        )
+    return state
+
+
+def _check_curriculum_step(state: dict[str, Any], num_timesteps: int, path: Path) -> None:
+    saved = state.get("num_timesteps")
+    if saved != num_timesteps:
+        warnings.warn(
+            f"{path} was saved at step {saved} but the model resumes from step {num_timesteps} (an older "
+            "checkpoint?); the curricula continue at the saved lessons",
+            stacklevel=3,
+        )
+
+
+def _write_json_atomic(data: Any, path: Path) -> Path:
+    """Write ``data`` as JSON to a temporary file beside ``path`` and move it over ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".json.tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            json.dump(data, handle, indent=1)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path
+
+
+def _after_each_save(checkpoint: Any, hook: Any) -> None:
+    """Make ``checkpoint.save_now()`` (periodic and Ctrl-C checkpoints) call ``hook()`` afterwards."""
+    save_now = checkpoint.save_now
+
+    def save_and_hook() -> Path:
+        path = save_now()
+        hook()
+        return path
+
+    checkpoint.save_now = save_and_hook
 
 
 def load_replay_buffer_if_present(model: Any, path: str | Path) -> bool:

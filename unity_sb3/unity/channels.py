@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import warnings
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -248,6 +249,11 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(
         value, (bool, np.bool_)
     )
+
+
+def _short_repr(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _float(value: Any, where: str) -> float:
@@ -632,16 +638,100 @@ class EnvironmentParameters:
         return updated, must_reset
 
     def state_dict(self) -> dict[str, Any]:
-        """Lesson numbers and smoothed rewards, to resume a curriculum."""
-        return {"lesson_numbers": dict(self.lesson_numbers), "smoothed_values": dict(self.smoothed_values)}
+        """The curricula's progress, as plain JSON-able data, to resume a run.
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        for name, number in state.get("lesson_numbers", {}).items():
-            if name in self.parameters:
-                self.lesson_numbers[name] = min(int(number), len(self.parameters[name].lessons) - 1)
-        for name, value in state.get("smoothed_values", {}).items():
-            if name in self.parameters:
-                self.smoothed_values[name] = float(value)
+        ``lesson_numbers``: each parameter's current lesson (0-based); ``lesson_names``: their
+        names, only to check that a loaded state still fits the ``environment_parameters``;
+        ``smoothed_values``: each parameter's smoothed reward (``signal_smoothing``), so that a
+        resumed completion check continues where it stopped instead of from 0 (``mlagents-learn``
+        saves the lesson numbers only).
+        """
+        return {
+            "lesson_numbers": dict(self.lesson_numbers),
+            "lesson_names": {name: lesson.name for name, lesson in self.current_lessons().items()},
+            "smoothed_values": dict(self.smoothed_values),
+        }
+
+    @staticmethod
+    def _check_state(state: Any) -> None:
+        """Raise a clear error when ``state`` is not shaped like a :meth:`state_dict`."""
+        if not isinstance(state, Mapping) or not isinstance(state.get("lesson_numbers"), Mapping):
+            raise UnityConfigurationError(
+                "a curriculum state is a mapping with 'lesson_numbers' (parameter name -> lesson), as "
+                f"EnvironmentParameters.state_dict() returns; got {_short_repr(state)}."
+            )
+        for key in ("lesson_names", "smoothed_values"):
+            if not isinstance(state.get(key) or {}, Mapping):
+                raise UnityConfigurationError(
+                    f"curriculum state: {key} must be a mapping of parameter name -> value, "
+                    f"got {_short_repr(state[key])}."
+                )
+        for name, number in state["lesson_numbers"].items():
+            if not _is_int(number) or number < 0:
+                raise UnityConfigurationError(
+                    f"curriculum state: the lesson number of {name!r} must be an int >= 0, got {number!r}."
+                )
+        for name, value in (state.get("smoothed_values") or {}).items():
+            _float(value, f"curriculum state: the smoothed value of {name!r}")
+
+    def load_state_dict(self, state: Mapping[str, Any], strict: bool = True) -> None:
+        """Continue the curricula from a :meth:`state_dict` (it does not send anything to Unity).
+
+        A state that does not fit these parameters means the YAML changed between the runs: a
+        parameter the state names is gone, a saved lesson number is past the end of its
+        curriculum, or the saved lesson's name differs from the lesson at that position now. With
+        ``strict`` that is an error naming the parameter, and nothing is changed, because silently
+        training on another lesson than the saved one wastes the run. With ``strict=False`` each
+        mismatch is a warning: unknown parameters are ignored, numbers are clamped to the last
+        lesson, renamed lessons keep their number. Parameters the state does not name start at
+        lesson 0 (a curriculum added to the YAML), as in ``mlagents-learn``.
+
+        :param state: a :meth:`state_dict` (possibly read back from JSON).
+        :param strict: raise on a mismatch instead of warning.
+        :raises UnityConfigurationError: for a malformed state, or a mismatch with ``strict``.
+        """
+        self._check_state(state)
+        names, smoothed = state.get("lesson_names") or {}, state.get("smoothed_values") or {}
+        hint = (
+            "The environment_parameters changed since the state was saved: restore them, start a new "
+            "run, or load with strict=False to continue anyway."
+        )
+        problems: list[str] = []
+        numbers = dict.fromkeys(self.parameters, 0)
+        for name, number in state["lesson_numbers"].items():
+            parameter = self.parameters.get(name)
+            if parameter is None:
+                problems.append(
+                    f"the saved state has a parameter {name!r} that environment_parameters does not have "
+                    f"(it has {sorted(self.parameters)})"
+                )
+                continue
+            count = len(parameter.lessons)
+            if number >= count:
+                problems.append(
+                    f"parameter {name!r} was saved in lesson {number} but its curriculum now has "
+                    f"{count} lesson(s) (0 to {count - 1})"
+                )
+                number = count - 1
+            elif name in names and names[name] != parameter.lessons[number].name:
+                problems.append(
+                    f"parameter {name!r}: lesson {number} was named {names[name]!r} when saved and is "
+                    f"{parameter.lessons[number].name!r} now"
+                )
+            numbers[name] = int(number)
+        values = dict.fromkeys(self.parameters, 0.0)
+        for name, value in smoothed.items():
+            if name in values:
+                values[name] = float(value)
+        if problems and strict:
+            raise UnityConfigurationError("; ".join(problems) + ". " + hint)
+        for problem in problems:
+            warnings.warn(f"{problem}; continuing (strict=False).", UserWarning, stacklevel=2)
+        for name, parameter in self.parameters.items():
+            if parameter.is_curriculum and name not in state["lesson_numbers"]:
+                logger.warning("The curriculum state has no %r: it starts at lesson 0.", name)
+        self.lesson_numbers = numbers
+        self.smoothed_values = values
 
 
 # --------------------------------------------------------------------------------------------
@@ -778,7 +868,12 @@ class CurriculumCallback(BaseCallback):
     cleared, every parameter's current value is sent to every Unity instance, and
     ``curriculum/<parameter>`` in the logger holds the lesson number. A finished lesson with
     ``require_reset: true`` resets the environments at the end of the current rollout
-    (episodes in progress are dropped, as ``mlagents-learn`` does).
+    (episodes in progress are dropped, as ``mlagents-learn`` does). When an instance was
+    restarted after a crash (``infos[i]["restarted"]``), the current values are sent again.
+
+    :meth:`state_dict` / :meth:`load_state_dict` save and restore the curricula's progress
+    (lessons, smoothed rewards, the recent episode returns) so that a resumed run continues at
+    the saved lessons; ``unity-sb3 train`` keeps it in the run folder's ``curriculum.json``.
 
     :param environment_parameters: the ``environment_parameters`` mapping, or an
         :class:`EnvironmentParameters`; ``None`` takes the one ``open_unity`` stored in the
@@ -816,6 +911,10 @@ class CurriculumCallback(BaseCallback):
         self.reward_buffer: deque[float] = deque(maxlen=1)
         self._running_returns: np.ndarray | None = None
         self._reset_pending = False
+        self._initialized = False
+        self._pending_state: tuple[Mapping[str, Any], bool] | None = None  # loaded once parameters are known
+        self._loaded_rewards: list[float] | None = None  # moved into reward_buffer by _init_callback
+        self._reset_on_start = False
 
     def _init_callback(self) -> None:
         self.channels = self._given_channels or find_channels(self.training_env)
@@ -831,7 +930,15 @@ class CurriculumCallback(BaseCallback):
             self.behavior_name = self._env_behavior_name()
         self.behavior_name = _brain_name(self.behavior_name)
         self.reward_buffer = deque(maxlen=self.parameters.reward_buffer_size(self.behavior_name))
+        if self._pending_state is not None:
+            state, strict = self._pending_state
+            self._pending_state = None
+            self._load_parameters(state["parameters"], strict)
+        if self._loaded_rewards is not None:
+            self.reward_buffer.extend(self._loaded_rewards)
+            self._loaded_rewards = None
         self._running_returns = np.zeros(self.training_env.num_envs, dtype=np.float64)
+        self._initialized = True
         if self.behavior_name is not None:
             other = sorted(self.parameters.behaviors() - {self.behavior_name})
             if other:
@@ -851,7 +958,72 @@ class CurriculumCallback(BaseCallback):
     def _on_training_start(self) -> None:
         for channels in self.channels:
             self.parameters.apply(channels.environment_parameters)
+        if self._reset_on_start:
+            # a loaded state changed lessons after SB3's first reset ran with the old values
+            self._reset_on_start = False
+            self._reset_training_env()
         self._record_lessons()
+
+    def state_dict(self) -> dict[str, Any]:
+        """The curricula's progress, as plain JSON-able data.
+
+        :return: ``{"parameters": EnvironmentParameters.state_dict(), "reward_buffer": [...]}``;
+            the reward buffer holds the returns of the episodes finished in the current lessons
+            that the completion check still counts (at most the largest ``min_lesson_length``).
+        """
+        if self.parameters is None:
+            raise UnityConfigurationError(
+                "CurriculumCallback.state_dict(): the callback has no environment parameters yet; pass "
+                "environment_parameters=... or call it after training started."
+            )
+        rewards = self.reward_buffer if self._loaded_rewards is None else self._loaded_rewards
+        return {"parameters": self.parameters.state_dict(), "reward_buffer": [float(r) for r in rewards]}
+
+    def load_state_dict(self, state: Mapping[str, Any], strict: bool = True) -> None:
+        """Continue the curricula from a :meth:`state_dict`.
+
+        The lessons are loaded at once when the callback has its parameters (else when training
+        starts) and their values are queued on the channels the callback knows. If the load
+        changes a lesson before training starts, the environments are reset when it starts (SB3
+        has already reset them with the old values); during training, at the end of the rollout.
+
+        :param state: a :meth:`state_dict` (possibly read back from JSON).
+        :param strict: a parameter or lesson that no longer fits is an error; ``False`` warns and
+            continues (see :meth:`EnvironmentParameters.load_state_dict`).
+        :raises UnityConfigurationError: for a malformed state, or a mismatch with ``strict``.
+        """
+        if not isinstance(state, Mapping) or not isinstance(state.get("parameters"), Mapping):
+            raise UnityConfigurationError(
+                "a CurriculumCallback state is a mapping with 'parameters' (and 'reward_buffer'), as "
+                f"CurriculumCallback.state_dict() returns; got {_short_repr(state)}."
+            )
+        raw = state.get("reward_buffer", [])
+        if isinstance(raw, (str, bytes, Mapping)) or not isinstance(raw, Sequence):
+            raise UnityConfigurationError(
+                f"curriculum state: reward_buffer must be a list of episode returns, got {_short_repr(raw)}."
+            )
+        rewards = [_float(r, "curriculum state: a reward_buffer entry") for r in raw]
+        if self.parameters is None:
+            EnvironmentParameters._check_state(state["parameters"])
+            self._pending_state = (state, strict)
+        else:
+            self._load_parameters(state["parameters"], strict)
+        if self._initialized:
+            self.reward_buffer.clear()
+            self.reward_buffer.extend(rewards)
+        else:
+            self._loaded_rewards = rewards
+
+    def _load_parameters(self, state: Mapping[str, Any], strict: bool) -> None:
+        before = dict(self.parameters.lesson_numbers)
+        self.parameters.load_state_dict(state, strict=strict)
+        for channels in self.channels or self._given_channels or []:
+            self.parameters.apply(channels.environment_parameters)
+        if self.parameters.lesson_numbers != before:
+            if self._initialized:
+                self._reset_pending = True
+            else:
+                self._reset_on_start = True
 
     def _progress(self) -> float:
         total = self.max_steps or getattr(self.model, "_total_timesteps", 0) or 0
@@ -879,6 +1051,12 @@ class CurriculumCallback(BaseCallback):
         return returns
 
     def _on_step(self) -> bool:
+        if any(info.get("restarted") for info in self.locals.get("infos") or []):
+            # a re-opened Unity instance has new channels and got lesson-0 values when it opened
+            if not self._given_channels:
+                self.channels = find_channels(self.training_env)
+            for channels in self.channels:
+                self.parameters.apply(channels.environment_parameters)
         self.reward_buffer.extend(self._finished_episode_returns())
         key = self.behavior_name or ""
         progress: Any = self._progress()
@@ -902,6 +1080,9 @@ class CurriculumCallback(BaseCallback):
         if not self._reset_pending:
             return
         self._reset_pending = False
+        self._reset_training_env()
+
+    def _reset_training_env(self) -> None:
         # Same effect as mlagents-learn's reset on a lesson change: restart every episode so
         # that the whole scene starts over with the new values.
         model = self.model
