@@ -1,29 +1,32 @@
 """POCA vs independent PPO on the Escape scene (one agent must die to drop the key).
 
 Both train on the same UnityVecEnv slots (``add_group_reward=True``: the group reward is in
-every living member's reward; POCA notices and does not add it twice). The metric is the
-group success rate: group episodes that reach the door / all group episodes (successes +
-time-outs), measured from the training rollouts (curve) and by a final evaluation with the
-stochastic policy.
+every living member's reward; POCA notices and does not add it twice). Independent PPO is
+``unity_sb3.PPO`` without reward signals: like POCA it leaves the placeholder steps of dead
+agents out of its losses (SB3's PPO would train on them). With ``--guard-move-prob 0`` the guard
+stands still, so the key only drops when an agent walks into it. The metric is the group
+success rate: group episodes that reach the door / all group episodes (successes + time-outs),
+measured from the training rollouts (curve) and by a final evaluation with the stochastic policy.
 
-    python benchmarks/poca_escape.py --seeds 0 1 2 --timesteps 300000
+    python benchmarks/poca_escape.py --seeds 0 1 2 --timesteps 300000 --jobs 2
+    python benchmarks/poca_escape.py --guard-move-prob 0 --name poca_escape_static_guard --jobs 2
 
-Writes ``benchmarks/results/poca_escape.{json,png}`` and prints a table.
+Writes ``benchmarks/results/<name>.{json,png}`` and prints a table.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import time
 from pathlib import Path
 
 import numpy as np
 import torch as th
-from stable_baselines3 import PPO
 from stable_baselines3.common.callbacks import BaseCallback
 
-from unity_sb3 import POCA, UnityVecEnv
+from unity_sb3 import POCA, PPO, UnityVecEnv
 from unity_sb3.envs import make_scene
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -71,8 +74,11 @@ class SuccessCurve(BaseCallback):
         return True
 
 
-def make_env(seed: int, num_agents: int) -> UnityVecEnv:
-    return UnityVecEnv(make_scene("Escape", seed=seed, num_agents=num_agents), add_group_reward=True)
+def make_env(seed: int, num_agents: int, guard_move_prob: float | None = None) -> UnityVecEnv:
+    """Escape through ``UnityVecEnv``; ``guard_move_prob`` None keeps the scene's default (0.25)."""
+    params = {} if guard_move_prob is None else {"guard_move_prob": guard_move_prob}
+    scene = make_scene("Escape", seed=seed, num_agents=num_agents, **params)
+    return UnityVecEnv(scene, add_group_reward=True)
 
 
 def make_model(algo: str, env: UnityVecEnv, seed: int):
@@ -91,8 +97,8 @@ def make_model(algo: str, env: UnityVecEnv, seed: int):
     )
 
 
-def evaluate(model, seed: int, num_agents: int, steps: int) -> float:
-    env = make_env(10_000 + seed, num_agents)
+def evaluate(model, seed: int, num_agents: int, steps: int, guard_move_prob: float | None) -> float:
+    env = make_env(10_000 + seed, num_agents, guard_move_prob)
     outcomes = GroupOutcomes()
     obs = env.reset()
     for _ in range(steps):
@@ -103,16 +109,25 @@ def evaluate(model, seed: int, num_agents: int, steps: int) -> float:
     return outcomes.rate
 
 
-def run(algo: str, seed: int, timesteps: int, num_agents: int, eval_steps: int) -> dict:
+def run(
+    algo: str,
+    seed: int,
+    timesteps: int,
+    num_agents: int,
+    eval_steps: int,
+    guard_move_prob: float | None,
+    threads: int,
+) -> dict:
+    th.set_num_threads(threads)
     th.manual_seed(seed)
-    env = make_env(seed, num_agents)
+    env = make_env(seed, num_agents, guard_move_prob)
     model = make_model(algo, env, seed)
     curve = SuccessCurve(every=max(timesteps // 20, 1))
     start = time.perf_counter()
     model.learn(timesteps, callback=curve)
     seconds = time.perf_counter() - start
     env.close()
-    rate = evaluate(model, seed, num_agents, eval_steps)
+    rate = evaluate(model, seed, num_agents, eval_steps, guard_move_prob)
     return {
         "algo": algo,
         "seed": seed,
@@ -122,7 +137,7 @@ def run(algo: str, seed: int, timesteps: int, num_agents: int, eval_steps: int) 
     }
 
 
-def plot(runs: list[dict], path: Path) -> None:
+def plot(runs: list[dict], path: Path, title: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -141,7 +156,7 @@ def plot(runs: list[dict], path: Path) -> None:
         ax.plot(x, np.nanmean(y, axis=0), color=color, label=f"{algo.upper()} (mean of {len(curves)} seeds)")
     ax.set_xlabel("timesteps (agent slots x steps)")
     ax.set_ylabel("group success rate")
-    ax.set_title("Escape: POCA vs independent PPO")
+    ax.set_title(title)
     ax.set_ylim(0, 1)
     ax.legend()
     fig.tight_layout()
@@ -157,20 +172,33 @@ def main() -> None:
     parser.add_argument("--num-agents", type=int, default=12, help="multiple of 3 (one group per 3)")
     parser.add_argument("--eval-steps", type=int, default=1000)
     parser.add_argument("--algos", nargs="+", default=["poca", "ppo"], choices=["poca", "ppo"])
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads per run")
+    parser.add_argument(
+        "--guard-move-prob",
+        type=float,
+        default=None,
+        help="Escape guard_move_prob (default: the scene's, 0.25)",
+    )
+    parser.add_argument("--jobs", type=int, default=1, help="runs in parallel (processes)")
+    parser.add_argument("--name", default="poca_escape", help="stem of the JSON / PNG outputs")
     args = parser.parse_args()
-    th.set_num_threads(args.threads)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    runs = []
-    for seed in args.seeds:
-        for algo in args.algos:
-            result = run(algo, seed, args.timesteps, args.num_agents, args.eval_steps)
-            runs.append(result)
-            print(
-                f"{algo:5s} seed {seed}: success {result['final_success']:.2f} "
-                f"({result['train_seconds']:.0f} s)",
-                flush=True,
-            )
+    tasks = [
+        (algo, seed, args.timesteps, args.num_agents, args.eval_steps, args.guard_move_prob, args.threads)
+        for seed in args.seeds
+        for algo in args.algos
+    ]
+    if args.jobs > 1:
+        with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
+            runs = pool.starmap(run, tasks)
+    else:
+        runs = [run(*task) for task in tasks]
+    for result in runs:
+        print(
+            f"{result['algo']:5s} seed {result['seed']}: success {result['final_success']:.2f} "
+            f"({result['train_seconds']:.0f} s)",
+            flush=True,
+        )
     summary = {}
     print(f"\n{'algo':6s} {'seeds':>5s} {'success mean':>13s} {'min':>6s} {'max':>6s}")
     for algo in args.algos:
@@ -181,12 +209,18 @@ def main() -> None:
             "max": float(np.max(rates)),
         }
         print(f"{algo:6s} {len(rates):5d} {summary[algo]['mean']:13.2f} {min(rates):6.2f} {max(rates):6.2f}")
-    config = {"timesteps": args.timesteps, "num_agents": args.num_agents, "eval_steps": args.eval_steps}
-    (RESULTS / "poca_escape.json").write_text(
+    config = {
+        "timesteps": args.timesteps,
+        "num_agents": args.num_agents,
+        "eval_steps": args.eval_steps,
+        "guard_move_prob": args.guard_move_prob,
+    }
+    (RESULTS / f"{args.name}.json").write_text(
         json.dumps({"config": config, "summary": summary, "runs": runs}, indent=1)
     )
-    plot(runs, RESULTS / "poca_escape.png")
-    print(f"wrote {RESULTS / 'poca_escape.json'} and poca_escape.png")
+    guard = "scene default" if args.guard_move_prob is None else args.guard_move_prob
+    plot(runs, RESULTS / f"{args.name}.png", f"Escape (guard_move_prob {guard}): POCA vs independent PPO")
+    print(f"wrote {RESULTS / args.name}.json and {args.name}.png")
 
 
 if __name__ == "__main__":

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-import numpy as np
+import sys
+from pathlib import Path
+
 import pytest
 
 pytestmark = pytest.mark.slow
 
 
-def _success_rate(model, make_env, steps: int) -> float:
-    import sys
-    from pathlib import Path
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+
+def _success_rate(model, make_env, steps: int) -> float:
     from poca_escape import GroupOutcomes
 
     env = make_env()
@@ -26,41 +27,38 @@ def _success_rate(model, make_env, steps: int) -> float:
     return outcomes.rate
 
 
-def test_poca_learns_the_sacrifice_on_escape():
-    from unity_sb3 import POCA, UnityVecEnv
-    from unity_sb3.envs import make_scene
+def test_poca_learns_the_sacrifice_on_escape_where_independent_ppo_does_not():
+    """benchmarks/poca_escape.py --guard-move-prob 0 on one seed and half its budget (3-4 minutes):
+    with a static guard only a deliberate sacrifice drops the key; POCA passes 0.7 by 150k steps
+    in every benchmark seed, independent PPO stays at 0.0-0.35 (random play: about 0.07)."""
+    from poca_escape import make_env, make_model  # the benchmark's settings (see _success_rate)
 
-    def make_env(seed=0):
-        return UnityVecEnv(make_scene("Escape", seed=seed, num_agents=12), add_group_reward=True)
+    def static_guard(seed: int = 0):
+        return make_env(seed, num_agents=12, guard_move_prob=0.0)
 
-    env = make_env()
-    before = POCA("MlpPolicy", env, n_steps=256, batch_size=512, n_epochs=3, seed=0)
-    random_rate = _success_rate(before, lambda: make_env(7), 500)
-    model = before.learn(150_000)
-    env.close()
-    rate = _success_rate(model, lambda: make_env(7), 500)
-    assert rate > max(0.6, random_rate + 0.3), (random_rate, rate)
+    rates = {}
+    for algo in ("poca", "ppo"):
+        env = static_guard()
+        model = make_model(algo, env, seed=0)
+        if algo == "poca":
+            rates["random"] = _success_rate(model, lambda: static_guard(7), 500)
+        model.learn(150_000)
+        env.close()
+        rates[algo] = _success_rate(model, lambda: static_guard(7), 500)
+    assert rates["poca"] > max(0.6, rates["random"] + 0.3), rates
+    assert rates["ppo"] < rates["poca"] - 0.3, rates
 
 
-def test_poca_with_groups_of_one_learns_ball3d():
-    from unity_sb3 import POCA, UnityVecEnv
-    from unity_sb3.envs import make_scene
+def test_poca_with_groups_of_one_learns_ball3d_as_ppo_does():
+    """benchmarks/poca_ball3d.py on one seed and 80k steps (about a minute): with every agent a
+    group of one, POCA and PPO with the same settings both balance the ball (windowed mean return
+    90+ by 50k steps in every benchmark seed; random play scores about 2)."""
+    from poca_ball3d import run
 
-    env = UnityVecEnv(make_scene("Ball3D", seed=0))
-    model = POCA("MlpPolicy", env, n_steps=256, batch_size=512, n_epochs=3, learning_rate=1e-3, seed=0)
-    model.learn(100_000)
-    env.close()
-    eval_env = UnityVecEnv(make_scene("Ball3D", seed=3))
-    obs = eval_env.reset()
-    total = np.zeros(eval_env.num_envs)
-    returns = []
-    for _ in range(1000):
-        actions, _ = model.predict(obs, deterministic=True)
-        obs, rewards, dones, _ = eval_env.step(actions)
-        total += rewards
-        for i in np.flatnonzero(dones):
-            returns.append(total[i])
-            total[i] = 0.0
-    eval_env.close()
-    mean = np.mean(returns) if returns else total.mean()
-    assert mean > 20.0, mean  # random play scores about 1-2
+    results = {
+        algo: run(algo, seed=0, steps=80_000, window=10_000, threshold=90.0) for algo in ("poca", "ppo")
+    }
+    poca, ppo = results["poca"], results["ppo"]
+    assert poca["eval_return"] > 80.0, poca
+    assert poca["eval_return"] >= 0.9 * ppo["eval_return"], results
+    assert poca["steps_to_threshold"] is not None, poca["curve"]

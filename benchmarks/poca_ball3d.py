@@ -1,0 +1,198 @@
+"""POCA with groups of one vs PPO on Ball3D: does the centralised machinery cost anything alone?
+
+Ball3D's agents have no group (``group_id`` 0), so POCA makes each a group of one: its critic
+sees one member and its baseline none, and POCA should learn as PPO does. Both algorithms train
+``unity_sb3`` classes on the same in-process ``UnityVecEnv`` (12 agents) with the same settings
+(n_steps 256 per slot, batch 256, 3 epochs, lr 3e-4, entropy 0.001, net [64, 64], constant
+schedules). Metrics: mean return of the episodes that ended in each window of training steps
+(an episode scores at most 100), the first step at which it reached ``--threshold``, its mean
+over the last third of training, and a deterministic evaluation return.
+
+    python benchmarks/poca_ball3d.py --jobs 2          # 3 seeds x {poca, ppo}, 150k steps
+
+Writes ``benchmarks/results/poca_ball3d.{json,png}`` and prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch as th
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.vec_env import VecMonitor
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import RESULTS_DIR, print_table, write_results
+
+from unity_sb3 import POCA, PPO, UnityVecEnv
+from unity_sb3.envs import make_scene
+
+SETTINGS: dict[str, Any] = {
+    "n_steps": 256,
+    "batch_size": 256,
+    "n_epochs": 3,
+    "learning_rate": 3e-4,
+    "ent_coef": 0.001,
+    "gamma": 0.99,
+    "gae_lambda": 0.95,
+    "policy_kwargs": {"net_arch": [64, 64]},
+}
+
+
+class ReturnRecorder(BaseCallback):
+    """Collects ``(num_timesteps, return)`` of every finished episode (needs ``VecMonitor``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.episodes: list[tuple[int, float]] = []
+
+    def _on_step(self) -> bool:
+        for info in self.locals["infos"]:
+            if "episode" in info:
+                self.episodes.append((self.num_timesteps, float(info["episode"]["r"])))
+        return True
+
+
+def windowed(episodes: list[tuple[int, float]], steps: int, window: int) -> list[float | None]:
+    """Mean return of the episodes that ended in each ``window`` of steps (None: none ended)."""
+    out: list[float | None] = []
+    for start in range(0, steps, window):
+        ended = [r for t, r in episodes if start < t <= start + window]
+        out.append(float(np.mean(ended)) if ended else None)
+    return out
+
+
+def evaluate(model, seed: int, steps: int) -> float:
+    """Mean return of the episodes a deterministic policy finishes in ``steps`` steps (partial ones if none)."""
+    env = UnityVecEnv(make_scene("Ball3D", seed=seed))
+    obs = env.reset()
+    total = np.zeros(env.num_envs)
+    returns: list[float] = []
+    for _ in range(steps):
+        actions, _ = model.predict(obs, deterministic=True)
+        obs, rewards, dones, _ = env.step(actions)
+        total += rewards
+        returns.extend(total[dones].tolist())
+        total[dones] = 0.0
+    env.close()
+    return float(np.mean(returns)) if returns else float(total.mean())
+
+
+def run(algo: str, seed: int, steps: int, window: int, threshold: float) -> dict[str, Any]:
+    th.set_num_threads(1)
+    env = VecMonitor(UnityVecEnv(make_scene("Ball3D", seed=seed)))
+    if algo == "poca":
+        model = POCA("MlpPolicy", env, schedule="constant", seed=seed, **SETTINGS)
+    else:
+        model = PPO("MlpPolicy", env, seed=seed, **SETTINGS)
+    recorder = ReturnRecorder()
+    start = time.perf_counter()
+    model.learn(steps, callback=recorder)
+    seconds = time.perf_counter() - start
+    env.close()
+    curve = windowed(recorder.episodes, steps, window)
+    reached = next(
+        ((k + 1) * window for k, value in enumerate(curve) if value is not None and value >= threshold), None
+    )
+    return {
+        "algo": algo,
+        "seed": seed,
+        "curve": curve,
+        "steps_to_threshold": reached,
+        "last_third_return": float(np.mean([v for v in curve[-max(len(curve) // 3, 1) :] if v is not None])),
+        "eval_return": evaluate(model, 1000 + seed, 1000),
+        "seconds": round(seconds, 1),
+    }
+
+
+def plot(rows: list[dict[str, Any]], window: int, threshold: float, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for algo, color in (("poca", "tab:blue"), ("ppo", "tab:orange")):
+        curves = np.array(
+            [[np.nan if v is None else v for v in r["curve"]] for r in rows if r["algo"] == algo], dtype=float
+        )
+        if not len(curves):
+            continue
+        x = (np.arange(curves.shape[1]) + 1) * window
+        for row in curves:
+            ax.plot(x, row, color=color, alpha=0.25)
+        ax.plot(
+            x, np.nanmean(curves, axis=0), color=color, label=f"{algo.upper()} (mean of {len(curves)} seeds)"
+        )
+    ax.axhline(threshold, color="gray", linestyle=":", linewidth=1)
+    ax.set_xlabel("training steps (all agents)")
+    ax.set_ylabel("mean episode return")
+    ax.set_title("Ball3D, groups of one: POCA vs PPO")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--steps", type=int, default=150_000, help="training steps per run (all agents)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--algos", nargs="+", default=["poca", "ppo"], choices=["poca", "ppo"])
+    parser.add_argument("--window", type=int, default=10_000, help="steps per point of the curve")
+    parser.add_argument(
+        "--threshold", type=float, default=90.0, help="windowed mean return that counts as solved (max 100)"
+    )
+    parser.add_argument("--jobs", type=int, default=1, help="runs in parallel (one CPU thread each)")
+    args = parser.parse_args(argv)
+
+    tasks = [
+        (algo, seed, args.steps, args.window, args.threshold) for algo in args.algos for seed in args.seeds
+    ]
+    if args.jobs > 1:
+        with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
+            rows = pool.starmap(run, tasks)
+    else:
+        rows = [run(*task) for task in tasks]
+    for row in rows:
+        print(
+            f"{row['algo']:>4} seed {row['seed']}: threshold at {row['steps_to_threshold']}, "
+            f"eval return {row['eval_return']:.1f} ({row['seconds']} s)",
+            flush=True,
+        )
+    summary = []
+    for algo in args.algos:
+        mine = [r for r in rows if r["algo"] == algo]
+        reached = [r["steps_to_threshold"] for r in mine if r["steps_to_threshold"] is not None]
+        summary.append(
+            {
+                "algo": algo,
+                "seeds": len(mine),
+                "seeds solved": len(reached),
+                "steps to threshold (median)": float(np.median(reached)) if reached else None,
+                "last third return (mean)": float(np.mean([r["last_third_return"] for r in mine])),
+                "eval return (mean)": float(np.mean([r["eval_return"] for r in mine])),
+                "seconds (mean)": float(np.mean([r["seconds"] for r in mine])),
+            }
+        )
+    print_table(
+        summary,
+        list(summary[0]),
+        title=f"Ball3D groups of one, {args.steps} steps, threshold {args.threshold}",
+    )
+    path = write_results("poca_ball3d", rows, summary=summary, settings={**vars(args), **SETTINGS})
+    png = RESULTS_DIR / "poca_ball3d.png"
+    plot(rows, args.window, args.threshold, png)
+    print(f"wrote {path} and {png}")
+
+
+if __name__ == "__main__":
+    main()
