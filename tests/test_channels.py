@@ -709,6 +709,9 @@ def test_curriculum_callback_resumes_inside_ppo(tmp_path) -> None:
         assert state["parameters"]["lesson_numbers"] == {"scale": 1, "gravity": 0}
         assert state["parameters"]["smoothed_values"]["scale"] == 3.25
         assert state["reward_buffer"][:3] == [1.0, 2.0, 3.0]
+        model.learn(16, callback=callback, reset_num_timesteps=False)
+        assert callback.parameters.lesson_numbers == {"scale": 1, "gravity": 0}
+        assert list(callback.reward_buffer)[:3] == [1.0, 2.0, 3.0], "a second learn() keeps the returns"
     finally:
         venv.close()
 

@@ -929,7 +929,10 @@ class CurriculumCallback(BaseCallback):
         if self.behavior_name is None:
             self.behavior_name = self._env_behavior_name()
         self.behavior_name = _brain_name(self.behavior_name)
-        self.reward_buffer = deque(maxlen=self.parameters.reward_buffer_size(self.behavior_name))
+        # a later learn() on the same callback keeps the returns the completion check counts
+        self.reward_buffer = deque(
+            self.reward_buffer, maxlen=self.parameters.reward_buffer_size(self.behavior_name)
+        )
         if self._pending_state is not None:
             state, strict = self._pending_state
             self._pending_state = None
