@@ -245,12 +245,18 @@ def test_rnd_target_is_fixed():
     assert all(th.equal(a, b) for a, b in zip(target, signal.target.parameters()))
 
 
-def test_rnd_with_normalization_updates_running_statistics():
-    s = settings("rnd", network_settings={**SMALL, "normalize": True})
-    signal = RNDSignal(spaces.Box(-np.inf, np.inf, (3,), np.float32), spaces.Discrete(2), s, "cpu")
+@pytest.mark.parametrize(
+    ("name", "signal_class", "encoder"),
+    [("rnd", RNDSignal, "predictor"), ("curiosity", CuriositySignal, "encoder")],
+)
+def test_normalize_true_updates_running_statistics(name, signal_class, encoder):
+    s = settings(name, network_settings={**SMALL, "normalize": True})
+    signal = signal_class(spaces.Box(-np.inf, np.inf, (3,), np.float32), spaces.Discrete(2), s, "cpu")
     obs = np.random.default_rng(0).normal(loc=5.0, size=(64, 3)).astype(np.float32)
     signal.update(signal.batch(obs, np.zeros((64, 1)), obs))
-    assert np.allclose(signal.predictor.normalizers["obs"].mean.numpy(), obs.mean(0), atol=1e-3)
+    normalizer = getattr(signal, encoder).normalizers["obs"]
+    assert np.allclose(normalizer.mean.numpy(), obs.mean(0), atol=1e-3)
+    assert np.allclose(normalizer.var.numpy(), obs.var(0), rtol=0.05)
 
 
 # ---------------------------------------------------------------- GAIL

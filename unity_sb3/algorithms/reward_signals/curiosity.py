@@ -50,8 +50,10 @@ class CuriositySignal(RewardSignal):
         self.to(self.device)
         self.optimizer = th.optim.Adam(self.parameters(), lr=settings["learning_rate"])
 
-    def _forward_error(self, batch: SignalBatch) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
-        phi = self.encoder(batch.observations)
+    def _forward_error(
+        self, batch: SignalBatch, update_normalization: bool = False
+    ) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
+        phi = self.encoder(batch.observations, update_normalization=update_normalization)
         phi_next = self.encoder(batch.next_observations)
         predicted = self.forward_model(th.cat([phi, self.action_flattener(batch.actions)], dim=1))
         error = 0.5 * ((predicted - phi_next) ** 2).sum(dim=1)
@@ -74,14 +76,18 @@ class CuriositySignal(RewardSignal):
             error = th.clamp(error, max=1.0 / self.strength)
         return error * self.has_updated.float()
 
-    def losses(self, batch: SignalBatch) -> tuple[th.Tensor, th.Tensor]:
-        """``(forward_loss, inverse_loss)`` on ``batch``, masked by its weights."""
-        error, phi, phi_next = self._forward_error(batch)
+    def losses(self, batch: SignalBatch, update_normalization: bool = False) -> tuple[th.Tensor, th.Tensor]:
+        """``(forward_loss, inverse_loss)`` on ``batch``, masked by its weights.
+
+        :param update_normalization: first add the batch's observations to the encoder's running
+            statistics (``network_settings.normalize``).
+        """
+        error, phi, phi_next = self._forward_error(batch, update_normalization)
         inverse = self._inverse_error(phi, phi_next, batch.actions)
         return masked_mean(error, batch.weights), masked_mean(inverse, batch.weights)
 
     def _update(self, batch: SignalBatch) -> dict[str, float]:
-        forward_loss, inverse_loss = self.losses(batch)
+        forward_loss, inverse_loss = self.losses(batch, update_normalization=True)
         loss = self.loss_multiplier * (
             self.forward_weight * forward_loss + (1.0 - self.forward_weight) * inverse_loss
         )
