@@ -20,7 +20,6 @@ at or below 0.21), curiosity 0.52-0.91 (mean 0.67), RND 0.59-1.00 (mean 0.88); s
 from __future__ import annotations
 
 import argparse
-import multiprocessing
 import sys
 import time
 from pathlib import Path
@@ -28,11 +27,11 @@ from typing import Any
 
 import numpy as np
 import torch as th
-from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.vec_env import VecMonitor
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import RESULTS_DIR, print_table, write_results
+from _curves import EpisodeRecorder, plot_curves, run_tasks, windowed_mean
 
 from unity_sb3 import PPO, UnityVecEnv
 from unity_sb3.envs import make_scene
@@ -41,7 +40,8 @@ from unity_sb3.envs.pyramids import PyramidsLite
 # ML-Agents' Pyramids configs use curiosity strength 0.02 (lr 3e-4) and RND strength 0.01 (lr 1e-4)
 # over millions of steps. Within a budget of a few hundred thousand steps the signals need more
 # weight: normalised inputs, a faster curiosity model, and strength 0.1 for both (curiosity at
-# 0.05 reached 0.23 on seed 0 at 200k steps where 0.1 reached 0.52; measured once, not tuned further).
+# 0.05 reached 0.23 on seed 0 at 200k steps where 0.1 reached 0.52; strength 0.3, or lr 3e-4 with
+# strength 0.1 or 0.3, did no better at 200k on seeds 0-1).
 CONFIGS: dict[str, dict[str, Any] | None] = {
     "plain": None,
     "curiosity": {
@@ -65,34 +65,9 @@ CONFIGS: dict[str, dict[str, Any] | None] = {
 }
 
 
-class SuccessRecorder(BaseCallback):
-    """Collects ``(num_timesteps, success)`` for every finished episode (needs ``VecMonitor``)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.episodes: list[tuple[int, bool]] = []
-
-    def _on_step(self) -> bool:
-        for info in self.locals["infos"]:
-            episode = info.get("episode")
-            if episode is not None:
-                self.episodes.append((self.num_timesteps, bool(episode["r"] > 1.0)))
-        return True
-
-
-def success_curve(episodes: list[tuple[int, bool]], steps: int, window: int) -> list[float | None]:
-    """Success fraction of the episodes that ended in each ``window`` of steps (None: no episode)."""
-    curve: list[float | None] = []
-    for start in range(0, steps, window):
-        ended = [ok for t, ok in episodes if start < t <= start + window]
-        curve.append(float(np.mean(ended)) if ended else None)
-    return curve
-
-
-def run(config: str, seed: int, steps: int, scene: dict[str, int], window: int) -> dict[str, Any]:
-    th.set_num_threads(1)
-    env = VecMonitor(UnityVecEnv(make_scene("PyramidsLite", seed=seed, **scene)))
-    model = PPO(
+def make_model(config: str, env, seed: int) -> PPO:
+    """The benchmark's PPO (one set of settings for all configurations) with ``CONFIGS[config]``."""
+    return PPO(
         "MlpPolicy",
         env,
         n_steps=256,
@@ -106,13 +81,20 @@ def run(config: str, seed: int, steps: int, scene: dict[str, int], window: int) 
         policy_kwargs={"net_arch": [128, 128]},
         reward_signals=CONFIGS[config],
     )
-    recorder = SuccessRecorder()
+
+
+def run(config: str, seed: int, steps: int, scene: dict[str, int], window: int) -> dict[str, Any]:
+    th.set_num_threads(1)
+    env = VecMonitor(UnityVecEnv(make_scene("PyramidsLite", seed=seed, **scene)))
+    model = make_model(config, env, seed)
+    recorder = EpisodeRecorder()
     start = time.perf_counter()
     model.learn(steps, callback=recorder)
     elapsed = time.perf_counter() - start
     env.close()
-    curve = success_curve(recorder.episodes, steps, window)
-    tail = [ok for t, ok in recorder.episodes if t > 0.8 * steps]
+    successes = [(t, float(r > 1.0)) for t, r in recorder.episodes]  # +2 at the target is the only reward > 0
+    curve = windowed_mean(successes, steps, window)
+    tail = [ok for t, ok in successes if t > 0.8 * steps]
     return {
         "config": config,
         "seed": seed,
@@ -122,32 +104,6 @@ def run(config: str, seed: int, steps: int, scene: dict[str, int], window: int) 
         "curve": curve,
         "seconds": round(elapsed, 1),
     }
-
-
-def plot(rows: list[dict[str, Any]], window: int, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for config in dict.fromkeys(r["config"] for r in rows):
-        curves = np.array(
-            [[np.nan if v is None else v for v in r["curve"]] for r in rows if r["config"] == config],
-            dtype=float,
-        )
-        x = (np.arange(curves.shape[1]) + 1) * window
-        mean = np.nanmean(curves, axis=0)
-        ax.plot(x, mean, label=f"{config} (n={len(curves)})")
-        ax.fill_between(x, np.nanmin(curves, axis=0), np.nanmax(curves, axis=0), alpha=0.2)
-    ax.set_xlabel("training steps (all agents)")
-    ax.set_ylabel("success rate of finished episodes")
-    ax.set_ylim(-0.02, 1.02)
-    ax.set_title("PyramidsLite: PPO vs PPO + curiosity / RND (mean, min-max over seeds)")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -171,11 +127,7 @@ def main(argv: list[str] | None = None) -> None:
     scene = {"room_size": args.room_size, "max_steps": args.max_steps}
     scene = {key: PyramidsLite.PARAMS[key] if value is None else value for key, value in scene.items()}
     tasks = [(config, seed, args.steps, scene, args.window) for config in args.configs for seed in args.seeds]
-    if args.jobs > 1:
-        with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
-            rows = pool.starmap(run, tasks)
-    else:
-        rows = [run(*task) for task in tasks]
+    rows = run_tasks(run, tasks, args.jobs)
     for row in rows:
         print(
             f"{row['config']:>9} seed {row['seed']}: final success {row['final_success']:.2f} "
@@ -203,7 +155,9 @@ def main(argv: list[str] | None = None) -> None:
     path = write_results(args.name, rows, summary=summary, settings={**vars(args), **scene})
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     png = RESULTS_DIR / f"{args.name}.png"
-    plot(rows, args.window, png)
+    curves = {config: [r["curve"] for r in rows if r["config"] == config] for config in args.configs}
+    title = "PyramidsLite: PPO vs PPO + curiosity / RND (mean, min-max over seeds)"
+    plot_curves(curves, args.window, png, "success rate of finished episodes", title, ylim=(-0.02, 1.02))
     print(f"wrote {path} and {png}")
 
 

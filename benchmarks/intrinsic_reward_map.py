@@ -23,7 +23,7 @@ import torch as th
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import print_table, write_results
-from curiosity_pyramids import CONFIGS
+from curiosity_pyramids import make_model
 
 from unity_sb3 import PPO, UnityVecEnv
 from unity_sb3.envs import make_scene
@@ -55,18 +55,7 @@ def collect(model: PPO, env: UnityVecEnv, steps: int) -> tuple[np.ndarray, np.nd
 def measure(signal: str, seed: int, steps: int, collect_steps: int, room_size: int) -> dict[str, Any]:
     th.set_num_threads(1)
     env = UnityVecEnv(make_scene("PyramidsLite", seed=seed, room_size=room_size))
-    model = PPO(
-        "MlpPolicy",
-        env,
-        n_steps=256,
-        batch_size=128,
-        n_epochs=3,
-        learning_rate=3e-4,
-        ent_coef=0.01,
-        seed=seed,
-        policy_kwargs={"net_arch": [128, 128]},
-        reward_signals=CONFIGS[signal],
-    )
+    model = make_model(signal, env, seed)
     model.learn(steps)
     obs, actions, next_obs = collect(model, env, collect_steps)
     env.close()

@@ -16,7 +16,6 @@ Writes ``benchmarks/results/poca_ball3d.{json,png}`` and prints a table.
 from __future__ import annotations
 
 import argparse
-import multiprocessing
 import sys
 import time
 from pathlib import Path
@@ -24,11 +23,11 @@ from typing import Any
 
 import numpy as np
 import torch as th
-from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.vec_env import VecMonitor
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import RESULTS_DIR, print_table, write_results
+from _curves import EpisodeRecorder, plot_curves, run_tasks, windowed_mean
 
 from unity_sb3 import POCA, PPO, UnityVecEnv
 from unity_sb3.envs import make_scene
@@ -43,29 +42,6 @@ SETTINGS: dict[str, Any] = {
     "gae_lambda": 0.95,
     "policy_kwargs": {"net_arch": [64, 64]},
 }
-
-
-class ReturnRecorder(BaseCallback):
-    """Collects ``(num_timesteps, return)`` of every finished episode (needs ``VecMonitor``)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.episodes: list[tuple[int, float]] = []
-
-    def _on_step(self) -> bool:
-        for info in self.locals["infos"]:
-            if "episode" in info:
-                self.episodes.append((self.num_timesteps, float(info["episode"]["r"])))
-        return True
-
-
-def windowed(episodes: list[tuple[int, float]], steps: int, window: int) -> list[float | None]:
-    """Mean return of the episodes that ended in each ``window`` of steps (None: none ended)."""
-    out: list[float | None] = []
-    for start in range(0, steps, window):
-        ended = [r for t, r in episodes if start < t <= start + window]
-        out.append(float(np.mean(ended)) if ended else None)
-    return out
 
 
 def evaluate(model, seed: int, steps: int) -> float:
@@ -91,12 +67,12 @@ def run(algo: str, seed: int, steps: int, window: int, threshold: float) -> dict
         model = POCA("MlpPolicy", env, schedule="constant", seed=seed, **SETTINGS)
     else:
         model = PPO("MlpPolicy", env, seed=seed, **SETTINGS)
-    recorder = ReturnRecorder()
+    recorder = EpisodeRecorder()
     start = time.perf_counter()
     model.learn(steps, callback=recorder)
     seconds = time.perf_counter() - start
     env.close()
-    curve = windowed(recorder.episodes, steps, window)
+    curve = windowed_mean(recorder.episodes, steps, window)
     reached = next(
         ((k + 1) * window for k, value in enumerate(curve) if value is not None and value >= threshold), None
     )
@@ -109,35 +85,6 @@ def run(algo: str, seed: int, steps: int, window: int, threshold: float) -> dict
         "eval_return": evaluate(model, 1000 + seed, 1000),
         "seconds": round(seconds, 1),
     }
-
-
-def plot(rows: list[dict[str, Any]], window: int, threshold: float, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for algo, color in (("poca", "tab:blue"), ("ppo", "tab:orange")):
-        curves = np.array(
-            [[np.nan if v is None else v for v in r["curve"]] for r in rows if r["algo"] == algo], dtype=float
-        )
-        if not len(curves):
-            continue
-        x = (np.arange(curves.shape[1]) + 1) * window
-        for row in curves:
-            ax.plot(x, row, color=color, alpha=0.25)
-        ax.plot(
-            x, np.nanmean(curves, axis=0), color=color, label=f"{algo.upper()} (mean of {len(curves)} seeds)"
-        )
-    ax.axhline(threshold, color="gray", linestyle=":", linewidth=1)
-    ax.set_xlabel("training steps (all agents)")
-    ax.set_ylabel("mean episode return")
-    ax.set_title("Ball3D, groups of one: POCA vs PPO")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -157,11 +104,7 @@ def main(argv: list[str] | None = None) -> None:
     tasks = [
         (algo, seed, args.steps, args.window, args.threshold) for algo in args.algos for seed in args.seeds
     ]
-    if args.jobs > 1:
-        with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
-            rows = pool.starmap(run, tasks)
-    else:
-        rows = [run(*task) for task in tasks]
+    rows = run_tasks(run, tasks, args.jobs)
     for row in rows:
         print(
             f"{row['algo']:>4} seed {row['seed']}: threshold at {row['steps_to_threshold']}, "
@@ -190,7 +133,9 @@ def main(argv: list[str] | None = None) -> None:
     )
     path = write_results("poca_ball3d", rows, summary=summary, settings={**vars(args), **SETTINGS})
     png = RESULTS_DIR / "poca_ball3d.png"
-    plot(rows, args.window, args.threshold, png)
+    curves = {algo.upper(): [r["curve"] for r in rows if r["algo"] == algo] for algo in args.algos}
+    title = "Ball3D, groups of one: POCA vs PPO (mean, min-max over seeds)"
+    plot_curves(curves, args.window, png, "mean episode return", title, hline=args.threshold)
     print(f"wrote {path} and {png}")
 
 

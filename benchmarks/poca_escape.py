@@ -18,13 +18,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import torch as th
 from stable_baselines3.common.callbacks import BaseCallback
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _curves import run_tasks
 
 from unity_sb3 import POCA, PPO, UnityVecEnv
 from unity_sb3.envs import make_scene
@@ -188,11 +191,7 @@ def main() -> None:
         for seed in args.seeds
         for algo in args.algos
     ]
-    if args.jobs > 1:
-        with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
-            runs = pool.starmap(run, tasks)
-    else:
-        runs = [run(*task) for task in tasks]
+    runs = run_tasks(run, tasks, args.jobs)
     for result in runs:
         print(
             f"{result['algo']:5s} seed {result['seed']}: success {result['final_success']:.2f} "
