@@ -13,8 +13,9 @@ PPO hyperparameters follow ML-Agents' Pyramids config (buffer 2048 = 256 steps x
 128, 3 epochs) with smaller networks; the signals' settings differ from ML-Agents' (see
 ``CONFIGS``) so they matter within a laptop-sized budget. Measured (5 seeds, 300k steps, share of
 successful episodes in the last 20%): plain PPO 0.00-0.88 (mean 0.38; 2 seeds of 5 learned, 3 stayed
-at or below 0.21), curiosity 0.52-0.91 (mean 0.67), RND 0.59-1.00 (mean 0.88); see
-``benchmarks/RESULTS.md``.
+at or below 0.21), curiosity 0.52-0.91 (mean 0.67), RND 0.59-1.00 (mean 0.88). With
+``--ent-coef 0`` (SB3's default): plain PPO 0.00 in 4 seeds of 5 (one 0.99), curiosity 0.47-0.93,
+RND 0.55-0.99; see ``benchmarks/RESULTS.md``.
 """
 
 from __future__ import annotations
@@ -65,8 +66,11 @@ CONFIGS: dict[str, dict[str, Any] | None] = {
 }
 
 
-def make_model(config: str, env, seed: int) -> PPO:
-    """The benchmark's PPO (one set of settings for all configurations) with ``CONFIGS[config]``."""
+def make_model(config: str, env, seed: int, ent_coef: float = 0.01) -> PPO:
+    """The benchmark's PPO (one set of settings for all configurations) with ``CONFIGS[config]``.
+
+    :param ent_coef: entropy bonus (ML-Agents' Pyramids ``beta`` 0.01; SB3's default is 0.0).
+    """
     return PPO(
         "MlpPolicy",
         env,
@@ -74,7 +78,7 @@ def make_model(config: str, env, seed: int) -> PPO:
         batch_size=128,
         n_epochs=3,
         learning_rate=3e-4,
-        ent_coef=0.01,
+        ent_coef=ent_coef,
         gae_lambda=0.95,
         gamma=0.99,
         seed=seed,
@@ -83,10 +87,12 @@ def make_model(config: str, env, seed: int) -> PPO:
     )
 
 
-def run(config: str, seed: int, steps: int, scene: dict[str, int], window: int) -> dict[str, Any]:
+def run(
+    config: str, seed: int, steps: int, scene: dict[str, int], window: int, ent_coef: float = 0.01
+) -> dict[str, Any]:
     th.set_num_threads(1)
     env = VecMonitor(UnityVecEnv(make_scene("PyramidsLite", seed=seed, **scene)))
-    model = make_model(config, env, seed)
+    model = make_model(config, env, seed, ent_coef)
     recorder = EpisodeRecorder()
     start = time.perf_counter()
     model.learn(steps, callback=recorder)
@@ -119,6 +125,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--max-steps", type=int, default=None, help="episode step limit (default: the scene's)"
     )
+    parser.add_argument("--ent-coef", type=float, default=0.01, help="PPO entropy bonus for every config")
     parser.add_argument("--jobs", type=int, default=1, help="runs in parallel (one CPU thread each)")
     parser.add_argument("--window", type=int, default=20_000, help="steps per point of the curve")
     parser.add_argument("--name", default="curiosity_pyramids", help="stem of the JSON / PNG outputs")
@@ -126,7 +133,11 @@ def main(argv: list[str] | None = None) -> None:
 
     scene = {"room_size": args.room_size, "max_steps": args.max_steps}
     scene = {key: PyramidsLite.PARAMS[key] if value is None else value for key, value in scene.items()}
-    tasks = [(config, seed, args.steps, scene, args.window) for config in args.configs for seed in args.seeds]
+    tasks = [
+        (config, seed, args.steps, scene, args.window, args.ent_coef)
+        for config in args.configs
+        for seed in args.seeds
+    ]
     rows = run_tasks(run, tasks, args.jobs)
     for row in rows:
         print(
@@ -149,8 +160,8 @@ def main(argv: list[str] | None = None) -> None:
     print_table(
         summary,
         ["config", "seeds", "final success (mean)", "min", "max"],
-        title=f"PyramidsLite room {scene['room_size']}, max_steps {scene['max_steps']}, {args.steps} steps; success = share of episodes "
-        "reaching the target in the last 20% of training",
+        title=f"PyramidsLite room {scene['room_size']}, max_steps {scene['max_steps']}, {args.steps} steps, "
+        f"ent_coef {args.ent_coef}; success = share of episodes reaching the target in the last 20% of training",
     )
     path = write_results(args.name, rows, summary=summary, settings={**vars(args), **scene})
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
