@@ -324,6 +324,20 @@ def test_callback_takes_parameters_stored_by_open_unity(tmp_path) -> None:
     assert callback.channels == [channels]
 
 
+def test_every_instance_records_the_lessons_the_callback_advances(tmp_path) -> None:
+    # two Unity instances opened from the same config each parse their own EnvironmentParameters
+    a = UnityChannels(parameters=EnvironmentParameters(three_lessons()))
+    b = UnityChannels(parameters=EnvironmentParameters(three_lessons()))
+    venv = DummyVecEnv([lambda: TinyEnv(a), lambda: TinyEnv(b)])
+    model = FakeModel(venv, str(tmp_path))
+    callback = CurriculumCallback()
+    callback.init_callback(model)
+    callback.on_training_start({}, {})
+    step(callback, model, [0, 0], [True, False], [{"episode": {"r": 3.0}}, {}])
+    assert a.parameters is b.parameters is callback.parameters
+    assert b.parameters.lesson_numbers == {"difficulty": 1, "gravity": 0}
+
+
 def test_callback_without_parameters_is_a_clear_error(tmp_path) -> None:
     venv = DummyVecEnv([lambda: TinyEnv()])
     with pytest.raises(UnityConfigurationError, match="no environment parameters"):

@@ -926,6 +926,7 @@ class CurriculumCallback(BaseCallback):
                     "or open the environment with open_unity(..., environment_parameters=...)."
                 )
             self.parameters = stored[0]
+        self._share_parameters()
         if self.behavior_name is None:
             self.behavior_name = self._env_behavior_name()
         self.behavior_name = _brain_name(self.behavior_name)
@@ -1053,11 +1054,18 @@ class CurriculumCallback(BaseCallback):
                 self._running_returns[i] = 0.0
         return returns
 
+    def _share_parameters(self) -> None:
+        """Make every instance's channels record the lessons this callback advances (each Unity
+        instance opened from a config has its own copy, which would otherwise stay at lesson 0)."""
+        for channels in self.channels:
+            channels.parameters = self.parameters
+
     def _on_step(self) -> bool:
         if any(info.get("restarted") for info in self.locals.get("infos") or []):
             # a re-opened Unity instance has new channels and got lesson-0 values when it opened
             if not self._given_channels:
                 self.channels = find_channels(self.training_env)
+                self._share_parameters()
             for channels in self.channels:
                 self.parameters.apply(channels.environment_parameters)
         self.reward_buffer.extend(self._finished_episode_returns())
