@@ -126,6 +126,27 @@ def test_encoder_handles_vector_visual_and_dict_observations(space):
 
 
 @pytest.mark.parametrize(
+    ("encode_type", "side", "first_conv"),
+    [
+        ("match3", 8, (35, 3)),
+        ("resnet", 20, (16, 3)),
+        ("simple", 24, (16, 8)),
+        ("nature_cnn", 40, (32, 8)),
+        ("nature_cnn", 24, (16, 8)),  # too small for nature_cnn (36): the largest that fits, simple
+        ("simple", 8, (35, 3)),  # too small for simple (20): match3
+        ("fully_connected", 8, None),
+    ],
+)
+def test_encoder_uses_the_requested_mlagents_visual_encoder(encode_type, side, first_conv):
+    network_settings = {**settings("rnd")["network_settings"], "vis_encode_type": encode_type}
+    encoder = ObservationEncoder(spaces.Box(0, 255, (3, side, side), np.uint8), network_settings)
+    convs = [m for m in encoder.modules() if isinstance(m, th.nn.Conv2d)]
+    assert ((convs[0].out_channels, convs[0].kernel_size[0]) if convs else None) == first_conv
+    out = encoder(th.zeros((2, 3, side, side), dtype=th.uint8))
+    assert out.shape == (2, 32) and th.isfinite(out).all()
+
+
+@pytest.mark.parametrize(
     ("space", "actions", "expected"),
     [
         (spaces.Box(-1, 1, (2,)), [[0.5, -0.5]], [[0.5, -0.5]]),

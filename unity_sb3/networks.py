@@ -131,8 +131,13 @@ class _ResidualBlock(nn.Module):
         return x + self.body(x)
 
 
-def _conv_body(encoder: str, channels: int) -> nn.Sequential:
-    """The encoder's layers before its dense layer; the output is flattened."""
+def conv_body(encoder: str, channels: int) -> nn.Sequential:
+    """ML-Agents' visual encoder ``encoder`` up to its dense layer, flattened at the end.
+
+    :param encoder: one of :data:`ENCODERS`; the image must be at least ``MIN_RESOLUTION[encoder]``
+        pixels a side.
+    :param channels: input channels of the channel-first images it takes.
+    """
     if encoder == "simple":
         layers = [nn.Conv2d(channels, 16, 8, 4), nn.LeakyReLU(), nn.Conv2d(16, 32, 4, 2), nn.LeakyReLU()]
     elif encoder == "nature_cnn":
@@ -188,7 +193,7 @@ class UnityCnn(BaseFeaturesExtractor):
         super().__init__(observation_space, features_dim)
         self.encoder = encoder
         channels, height, width = observation_space.shape
-        self.conv = _conv_body(encoder, channels)
+        self.conv = conv_body(encoder, channels)
         with th.no_grad():
             n_flat = self.conv(th.zeros(1, channels, height, width)).shape[1]
         dense = nn.Linear(n_flat, features_dim)

@@ -1,7 +1,8 @@
 """Small networks shared by the reward signals: an observation encoder and an action flattener.
 
 The encoder follows ML-Agents' ``NetworkBody`` in spirit: each observation (vector, image, or each
-entry of a ``Dict``) is processed on its own (images by a CNN, the rest flattened), the results
+entry of a ``Dict``) is processed on its own (images by ML-Agents' visual encoder
+``vis_encode_type``, the same as :mod:`unity_sb3.networks` gives the policies; the rest flattened), the results
 are concatenated, optionally joined by extra unencoded inputs (actions for GAIL), and passed
 through ``num_layers`` dense layers of ``hidden_units`` with a Swish-like activation (SiLU).
 """
@@ -15,6 +16,7 @@ from stable_baselines3.common.preprocessing import get_flattened_obs_dim, is_ima
 from torch import nn
 
 from unity_sb3.algorithms.common import RewardSignalConfigError
+from unity_sb3.networks import MIN_RESOLUTION, conv_body, encoders_for
 
 TensorObs = th.Tensor | dict[str, th.Tensor]
 
@@ -45,17 +47,12 @@ class RunningNormalizer(nn.Module):
 
 
 def _cnn(n_channels: int, height: int, width: int, encode_type: str) -> nn.Sequential:
-    """A conv stack that fits the image size: ML-Agents' "simple" (8x8/4, 4x4/2) for images of at
-    least 20 pixels a side, else the small-image stack (3x3/1 twice, like ML-Agents' match3)."""
-    if encode_type == "nature_cnn" and min(height, width) >= 36:
-        layers = [nn.Conv2d(n_channels, 32, 8, 4), nn.SiLU(), nn.Conv2d(32, 64, 4, 2), nn.SiLU()]
-        layers += [nn.Conv2d(64, 64, 3, 1), nn.SiLU()]
-    elif encode_type in ("simple", "nature_cnn", "resnet") and min(height, width) >= 20:
-        layers = [nn.Conv2d(n_channels, 16, 8, 4), nn.SiLU(), nn.Conv2d(16, 32, 4, 2), nn.SiLU()]
-    else:
-        layers = [nn.Conv2d(n_channels, 16, 3, 1, padding=1), nn.SiLU()]
-        layers += [nn.Conv2d(16, 32, 3, 1, padding=1), nn.SiLU()]
-    return nn.Sequential(*layers, nn.Flatten())
+    """ML-Agents' visual encoder ``encode_type`` (the policies' :func:`unity_sb3.networks.conv_body`);
+    for an image smaller than it accepts, the largest encoder that fits (ML-Agents refuses such an
+    image; a reward signal keeps training with a smaller encoder instead)."""
+    if min(height, width) < MIN_RESOLUTION[encode_type]:
+        encode_type = encoders_for(height, width)[0]
+    return conv_body(encode_type, n_channels)
 
 
 class ObservationEncoder(nn.Module):
