@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -15,6 +16,8 @@ from unity_sb3.callbacks import (
     latest_checkpoint,
     list_checkpoints,
     save_atomic,
+    save_replay_buffer_atomic,
+    write_json_atomic,
 )
 
 
@@ -51,6 +54,34 @@ def test_checkpoints_keep_last_and_resume_from_newest_loadable(tmp_path: Path, p
     assert latest_checkpoint(tmp_path).name == "checkpoint_192_steps.zip"
     loaded = PPO.load(latest_checkpoint(tmp_path))
     assert loaded.num_timesteps == 192
+
+
+def test_checkpoint_calls_on_save_after_each_checkpoint(tmp_path: Path, ppo: PPO) -> None:
+    saved: list[tuple[str, bool]] = []
+    callback = AtomicCheckpointCallback(
+        save_freq=64, directory=tmp_path, on_save=lambda path: saved.append((path.name, path.is_file()))
+    )
+    ppo.learn(64 * 2, callback=callback)
+    callback.save_now()  # an interrupt's checkpoint
+    assert saved == [
+        ("checkpoint_64_steps.zip", True),
+        ("checkpoint_128_steps.zip", True),
+        ("checkpoint_128_steps.zip", True),
+    ]
+
+
+def test_json_and_replay_buffer_writes_are_atomic(tmp_path: Path, monkeypatch) -> None:
+    target = write_json_atomic({"lesson": 1}, tmp_path / "state.json")
+    assert json.loads(target.read_text()) == {"lesson": 1}
+    monkeypatch.setattr(json, "dumps", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("disk full")))
+    with pytest.raises(RuntimeError, match="disk full"):
+        write_json_atomic({"lesson": 2}, target)
+    assert json.loads(target.read_text()) == {"lesson": 1}, "a failed write must not replace the good file"
+    sac = SAC("MlpPolicy", "Pendulum-v1", learning_starts=10, buffer_size=50, seed=0, device="cpu")
+    sac.learn(20)
+    buffer_file = save_replay_buffer_atomic(sac, tmp_path / "buffers" / "replay_buffer.pkl")
+    assert buffer_file.is_file()
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["buffers", "replay_buffer.pkl", "state.json"]
 
 
 def test_checkpoint_saves_replay_buffer(tmp_path: Path) -> None:

@@ -6,11 +6,15 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import tempfile
 import zipfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from stable_baselines3.common.base_class import BaseAlgorithm
@@ -20,11 +24,23 @@ from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 CHECKPOINT_PATTERN = re.compile(r"^checkpoint_(\d+)_steps\.zip$")
 
 
+@contextmanager
+def _atomic_target(path: Path, suffix: str) -> Iterator[str]:
+    """A temporary file beside ``path`` for the block to write; moved over ``path`` with
+    ``os.replace`` (atomic on POSIX and Windows) when the block succeeds, removed in any case."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=suffix, dir=path.parent)
+    os.close(fd)
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
 def save_atomic(model: BaseAlgorithm, path: str | Path) -> Path:
     """Save ``model`` to ``path`` so that a crash mid-write never replaces a good file.
-
-    The model is written to a temporary file in the same directory and moved over ``path`` with
-    ``os.replace`` (atomic on POSIX and Windows).
 
     :param model: any SB3 algorithm.
     :param path: target file; ``.zip`` is appended when missing (as SB3 does).
@@ -33,31 +49,25 @@ def save_atomic(model: BaseAlgorithm, path: str | Path) -> Path:
     path = Path(path)
     if path.suffix != ".zip":
         path = path.with_name(path.name + ".zip")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".zip.tmp", dir=path.parent)
-    os.close(fd)
-    try:
+    with _atomic_target(path, ".zip.tmp") as tmp:
         model.save(tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
     return path
 
 
 def save_replay_buffer_atomic(model: OffPolicyAlgorithm, path: str | Path) -> Path:
     """Atomic counterpart of ``model.save_replay_buffer`` (a pickle file)."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".pkl.tmp", dir=path.parent)
-    os.close(fd)
-    try:
+    # the temporary name has a suffix, so SB3 writes to it as it is (it appends .pkl only to bare names)
+    with _atomic_target(path, ".pkl.tmp") as tmp:
         model.save_replay_buffer(tmp)
-        written = tmp if os.path.exists(tmp) else tmp + ".pkl"
-        os.replace(written, path)
-    finally:
-        for leftover in (tmp, tmp + ".pkl"):
-            if os.path.exists(leftover):
-                os.unlink(leftover)
+    return path
+
+
+def write_json_atomic(data: Any, path: str | Path) -> Path:
+    """Write ``data`` as JSON to ``path`` so that a crash mid-write never replaces a good file."""
+    path = Path(path)
+    with _atomic_target(path, ".json.tmp") as tmp:
+        Path(tmp).write_text(json.dumps(data, indent=1))
     return path
 
 
@@ -102,6 +112,8 @@ class AtomicCheckpointCallback(BaseCallback):
     :param directory: where checkpoints go.
     :param keep_last: how many checkpoints to keep (>= 1).
     :param save_replay_buffer: also save the replay buffer of off-policy algorithms.
+    :param on_save: called with the checkpoint's path after each save (periodic or ``save_now``),
+        e.g. to write state that must match the checkpoint.
     """
 
     def __init__(
@@ -110,6 +122,7 @@ class AtomicCheckpointCallback(BaseCallback):
         directory: str | Path,
         keep_last: int = 5,
         save_replay_buffer: bool = False,
+        on_save: Callable[[Path], None] | None = None,
         verbose: int = 0,
     ) -> None:
         super().__init__(verbose)
@@ -121,6 +134,7 @@ class AtomicCheckpointCallback(BaseCallback):
         self.directory = Path(directory)
         self.keep_last = keep_last
         self.save_replay_buffer = save_replay_buffer
+        self.on_save = on_save
         self._next_save = save_freq
 
     def _on_training_start(self) -> None:
@@ -139,6 +153,8 @@ class AtomicCheckpointCallback(BaseCallback):
             save_replay_buffer_atomic(self.model, self.directory / "replay_buffer.pkl")
         for _, old in list_checkpoints(self.directory)[: -self.keep_last]:
             old.unlink(missing_ok=True)
+        if self.on_save is not None:
+            self.on_save(path)
         if self.verbose:
             print(f"Saved checkpoint {path}")
         return path

@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import tempfile
 import time
 import warnings
 from dataclasses import asdict, dataclass, field, replace
@@ -239,8 +237,8 @@ def train(
             checkpoints,
             keep_last=keep_checkpoints,
             save_replay_buffer=config.save_replay_buffer,
+            on_save=lambda _path: save_curriculum(),
         )
-        _after_each_save(checkpoint, save_curriculum)
         # the curriculum sees each step before the checkpoint of that step saves its state
         callbacks = [*extra, checkpoint]
         if progress:
@@ -264,7 +262,6 @@ def train(
         save_curriculum()
         if config.save_replay_buffer and not interrupted:  # an interrupt's checkpoint saved it already
             # --resume may start from model.zip: keep the buffer as new as the newest model
-            checkpoints.mkdir(parents=True, exist_ok=True)
             save_replay_buffer_atomic(model, checkpoints / REPLAY_BUFFER_FILE)
         if hasattr(env, "save") and config.normalize:
             env.save(str(stats_file))
@@ -338,8 +335,10 @@ def save_curriculum_state(callback: Any, path: str | Path, num_timesteps: int) -
     :param num_timesteps: the model's step count, stored to check it against the resumed model.
     :return: ``path``.
     """
+    from unity_sb3.callbacks import write_json_atomic
+
     state = {"format": CURRICULUM_FORMAT, "num_timesteps": int(num_timesteps), **callback.state_dict()}
-    return _write_json_atomic(state, Path(path))
+    return write_json_atomic(state, path)
 
 
 def load_curriculum_state(path: str | Path) -> dict[str, Any]:
@@ -373,32 +372,6 @@ def _check_curriculum_step(state: dict[str, Any], num_timesteps: int, path: Path
         )
 
 
-def _write_json_atomic(data: Any, path: Path) -> Path:
-    """Write ``data`` as JSON to a temporary file beside ``path`` and move it over ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".json.tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            json.dump(data, handle, indent=1)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return path
-
-
-def _after_each_save(checkpoint: Any, hook: Any) -> None:
-    """Make ``checkpoint.save_now()`` (periodic and Ctrl-C checkpoints) call ``hook()`` afterwards."""
-    save_now = checkpoint.save_now
-
-    def save_and_hook() -> Path:
-        path = save_now()
-        hook()
-        return path
-
-    checkpoint.save_now = save_and_hook
-
-
 def load_replay_buffer_if_present(model: Any, path: str | Path) -> bool:
     """Load ``path`` into an off-policy ``model``'s replay buffer when the file is there.
 
@@ -407,8 +380,6 @@ def load_replay_buffer_if_present(model: Any, path: str | Path) -> bool:
 
     :return: whether a buffer was loaded.
     """
-    import warnings
-
     from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 
     path = Path(path)
@@ -441,13 +412,9 @@ def _run_settings(
     as ML-Agents restarts crashed instances whenever its limits allow.
     """
     out: dict[str, Any] = {}
-    for key in RESTART_SETTINGS:
+    for key in (*RESTART_SETTINGS, "save_replay_buffer"):
         if key in from_file:
             out[key] = _check_run_setting(key, from_file[key], f"{key} in {where}")
-    if "save_replay_buffer" in from_file:
-        out["save_replay_buffer"] = _check_run_setting(
-            "save_replay_buffer", from_file["save_replay_buffer"], f"save_replay_buffer in {where}"
-        )
     file_restart = from_file.get("restart_on_crash")
     if file_restart is not None:
         _check_run_setting("restart_on_crash", file_restart, f"restart_on_crash in {where}")
