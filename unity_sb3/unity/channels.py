@@ -908,12 +908,11 @@ class CurriculumCallback(BaseCallback):
         if max_steps is not None and max_steps <= 0:
             raise UnityConfigurationError(f"max_steps must be positive, got {max_steps}.")
         self.max_steps = max_steps
-        self.reward_buffer: deque[float] = deque(maxlen=1)
+        self.reward_buffer: deque[float] = deque()  # bounded by _init_callback, once the criteria are known
         self._running_returns: np.ndarray | None = None
         self._reset_pending = False
         self._initialized = False
         self._pending_state: tuple[Mapping[str, Any], bool] | None = None  # loaded once parameters are known
-        self._loaded_rewards: list[float] | None = None  # moved into reward_buffer by _init_callback
         self._reset_on_start = False
 
     def _init_callback(self) -> None:
@@ -930,7 +929,7 @@ class CurriculumCallback(BaseCallback):
         if self.behavior_name is None:
             self.behavior_name = self._env_behavior_name()
         self.behavior_name = _brain_name(self.behavior_name)
-        # a later learn() on the same callback keeps the returns the completion check counts
+        # keeps the returns loaded before training, or counted by an earlier learn() on this callback
         self.reward_buffer = deque(
             self.reward_buffer, maxlen=self.parameters.reward_buffer_size(self.behavior_name)
         )
@@ -938,9 +937,6 @@ class CurriculumCallback(BaseCallback):
             state, strict = self._pending_state
             self._pending_state = None
             self._load_parameters(state["parameters"], strict)
-        if self._loaded_rewards is not None:
-            self.reward_buffer.extend(self._loaded_rewards)
-            self._loaded_rewards = None
         self._running_returns = np.zeros(self.training_env.num_envs, dtype=np.float64)
         self._initialized = True
         if self.behavior_name is not None:
@@ -980,8 +976,10 @@ class CurriculumCallback(BaseCallback):
                 "CurriculumCallback.state_dict(): the callback has no environment parameters yet; pass "
                 "environment_parameters=... or call it after training started."
             )
-        rewards = self.reward_buffer if self._loaded_rewards is None else self._loaded_rewards
-        return {"parameters": self.parameters.state_dict(), "reward_buffer": [float(r) for r in rewards]}
+        return {
+            "parameters": self.parameters.state_dict(),
+            "reward_buffer": [float(r) for r in self.reward_buffer],
+        }
 
     def load_state_dict(self, state: Mapping[str, Any], strict: bool = True) -> None:
         """Continue the curricula from a :meth:`state_dict`.
@@ -1012,11 +1010,8 @@ class CurriculumCallback(BaseCallback):
             self._pending_state = (state, strict)
         else:
             self._load_parameters(state["parameters"], strict)
-        if self._initialized:
-            self.reward_buffer.clear()
-            self.reward_buffer.extend(rewards)
-        else:
-            self._loaded_rewards = rewards
+        self.reward_buffer.clear()
+        self.reward_buffer.extend(rewards)
 
     def _load_parameters(self, state: Mapping[str, Any], strict: bool) -> None:
         before = dict(self.parameters.lesson_numbers)
