@@ -12,15 +12,23 @@ import sys
 from collections.abc import Sequence
 
 
+def _checked(key: str, value: int | float) -> int | float:
+    """``value`` through the same check as the config file's ``key`` (unity_sb3.run.check_run_setting)."""
+    from unity_sb3.run import check_run_setting
+
+    try:
+        return check_run_setting(key, value, "the value")
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
 def _restart_limit(text: str) -> int:
     """A restart count: a whole number >= 0, or -1 for no limit (ML-Agents' convention)."""
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a whole number (-1 for no limit), got {text!r}") from None
-    if value < -1:
-        raise argparse.ArgumentTypeError(f"must be >= 0, or -1 for no limit; got {value}")
-    return value
+    return _checked("max_restarts", value)
 
 
 def _positive_seconds(text: str) -> float:
@@ -28,9 +36,7 @@ def _positive_seconds(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
-    return value
+    return _checked("restarts_rate_limit_period_s", value)
 
 
 def _add_train(sub: argparse._SubParsersAction) -> None:

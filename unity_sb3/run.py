@@ -414,10 +414,10 @@ def _run_settings(
     out: dict[str, Any] = {}
     for key in (*RESTART_SETTINGS, "save_replay_buffer"):
         if key in from_file:
-            out[key] = _check_run_setting(key, from_file[key], f"{key} in {where}")
+            out[key] = check_run_setting(key, from_file[key], f"{key} in {where}")
     file_restart = from_file.get("restart_on_crash")
     if file_restart is not None:
-        _check_run_setting("restart_on_crash", file_restart, f"restart_on_crash in {where}")
+        check_run_setting("restart_on_crash", file_restart, f"restart_on_crash in {where}")
     cli_limits = False
     for key in RESTART_SETTINGS:
         value = getattr(args, key, None)
@@ -434,7 +434,8 @@ def _run_settings(
     return out
 
 
-def _check_run_setting(key: str, value: Any, where: str) -> Any:
+def check_run_setting(key: str, value: Any, where: str) -> Any:
+    """``value`` of a run setting (``RUN_SETTINGS``), converted, or a ``ValueError`` naming ``where``."""
     if key in ("restart_on_crash", "save_replay_buffer"):
         if not isinstance(value, bool):
             raise ValueError(f"{where} must be true or false, got {value!r}")
