@@ -397,3 +397,152 @@ def test_poca_silences_the_plain_sb3_inactive_warning():
         model.learn(256)  # agents die: inactive slots occur, and POCA skips them without a warning
     assert venv.warn_inactive is False
     venv.close()
+
+
+# ------------------------------------------------- group rewards, out-of-phase mates, reset infos
+
+
+def _scripted_group(agents, **kwargs):
+    from scripted_env import ScriptedEnv
+
+    from unity_sb3 import UnityVecEnv
+
+    return UnityVecEnv(ScriptedEnv(agents), **kwargs)
+
+
+@pytest.mark.parametrize("add_group_reward", [False, True])
+def test_group_reward_counts_once_per_agent_per_step(add_group_reward):
+    """3 agents in one group, individual reward 0.5 and group reward 1 per step: each agent's
+    team reward is 3 * 0.5 + 1 = 2.5 whether or not the env also put the group reward into the
+    reward (before: 3 * 1.5 = 4.5 with add_group_reward=True)."""
+    from scripted_env import ScriptedAgent
+
+    agents = [ScriptedAgent(reward=0.5, group_id=1, group_reward=1.0) for _ in range(3)]
+    venv = _scripted_group(agents, add_group_reward=add_group_reward)
+    model = POCA("MlpPolicy", venv, **SMALL).learn(48)
+    buffer = model.rollout_buffer
+    assert buffer.active.all()
+    np.testing.assert_allclose(buffer.rewards, 0.5)  # the individual reward alone
+    np.testing.assert_allclose(buffer.group_rewards, 1.0)
+    np.testing.assert_allclose(buffer.team_rewards, 2.5)
+    venv.close()
+
+
+def test_group_reward_added_by_a_normalizing_wrapper_is_refused():
+    from scripted_env import ScriptedAgent
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    venv = _scripted_group([ScriptedAgent(group_id=1, group_reward=1.0)] * 2, add_group_reward=True)
+    model = POCA("MlpPolicy", VecNormalize(venv, norm_reward=True), **SMALL)
+    with pytest.raises(ValueError, match="add_group_reward"):
+        model.learn(16)
+    venv.close()
+
+
+def test_alive_groupmate_between_decisions_stays_in_critic_and_baseline():
+    """Two groupmates decide on alternate steps: each decision sees the other with its last
+    observation and action, in V and in the baseline, across rollout boundaries too."""
+    from scripted_env import ScriptedAgent
+
+    agents = [ScriptedAgent(period=2, group_id=1), ScriptedAgent(period=2, start=1, group_id=1)]
+    venv = _scripted_group(agents, num_slots=2)
+    # learning rate 0: the stored values stay those of the current critic
+    model = POCA("MlpPolicy", venv, learning_rate=0.0, schedule="constant", **SMALL).learn(16)
+    model.learn(16, reset_num_timesteps=False)  # the second starts with a mate from the first
+    buffer: POCARolloutBuffer = model.rollout_buffer
+    assert buffer.active.sum(axis=1).tolist() == [1] * SMALL["n_steps"]  # one decision per step
+    for t in range(buffer.buffer_size):
+        i = int(np.flatnonzero(buffer.active[t])[0])
+        sample = buffer._gather(np.array([t * 2 + i]))
+        assert sample.mate_mask.tolist() == [[True]], f"row {t}: the waiting groupmate is missing"
+        mate_obs = sample.mate_observations[0, 0].numpy()
+        if t > 0:  # its last decision was the previous row
+            np.testing.assert_array_equal(mate_obs, buffer.observations[t - 1, 1 - i])
+            np.testing.assert_array_equal(sample.mate_actions[0, 0].numpy(), buffer.actions[t - 1, 1 - i])
+        assert mate_obs[0] == 1 - i  # scripted observation column 0: the agent's index
+        with th.no_grad():
+            both = th.as_tensor(np.stack([buffer.observations[t, i], mate_obs]))[None]
+            value = model.policy.predict_group_values(both, th.ones((1, 2), dtype=th.bool)).item()
+        assert buffer.values[t, i] == pytest.approx(value, abs=1e-5)
+    venv.close()
+
+
+def test_dead_groupmate_leaves_the_critic():
+    """SacrificeVecEnv: a dead agent's slot is inactive until its group ends; it is not a mate."""
+    model = POCA("MlpPolicy", SacrificeVecEnv(), **SMALL).learn(48)
+    b = model.rollout_buffer
+    for t in range(b.buffer_size):
+        for i in np.flatnonzero(b.active[t]):
+            mates = b.mates[t, i][b.mates[t, i] >= 0]
+            assert set(mates.tolist()) == set(np.flatnonzero(b.active[t]).tolist()) - {i}
+
+
+@pytest.mark.parametrize("wrapper", ["VecMonitor", "VecNormalize"])
+def test_first_step_after_reset_reads_reset_infos_through_wrappers(wrapper):
+    """The slot whose agent has not asked yet at reset is inactive in the first row, and the
+    other slot's first decision is in its group (before: every slot active and ungrouped)."""
+    from scripted_env import ScriptedAgent
+    from stable_baselines3.common import vec_env
+
+    agents = [ScriptedAgent(period=2, group_id=1), ScriptedAgent(period=2, start=1, group_id=1)]
+    venv = _scripted_group(agents, num_slots=2)
+    assert [info["active"] for info in venv.reset_infos] == [True, False]
+    model = POCA("MlpPolicy", getattr(vec_env, wrapper)(venv), **SMALL).learn(16)
+    buffer = model.rollout_buffer
+    assert buffer.active[0].tolist() == [True, False]
+    assert buffer.group_keys[0, 0] == buffer.group_keys[1, 1]  # slot 1's agent joins at row 1
+    venv.close()
+
+
+class RenamingSacrificeVecEnv(SacrificeVecEnv):
+    """SacrificeVecEnv whose group gets a new group id every group episode (as Unity groups
+    created per episode do); observation column 3 carries the id, so rows can be checked."""
+
+    def _reset_all(self) -> None:
+        super()._reset_all()
+        self.episode = np.zeros(self.n_instances, dtype=int)
+
+    def _info(self, i: int) -> dict[str, Any]:
+        return {**super()._info(i), "group_id": self._group_id(i // 3)}
+
+    def _group_id(self, g: int) -> int:
+        return 1 + 100 * g + int(self.episode[g])
+
+    def _obs(self) -> np.ndarray:
+        obs = super()._obs()
+        for g in range(self.n_instances):
+            obs[3 * g : 3 * g + 3, 3] = self._group_id(g) / 1000.0
+        return obs
+
+    def step_wait(self):
+        before = self.t.copy()
+        obs, rewards, dones, infos = super().step_wait()
+        ended = (self.t == 0) & (before > 0)
+        self.episode[ended] += 1
+        for g in np.flatnonzero(ended):  # new ids for the new group episode
+            obs[3 * g : 3 * g + 3, 3] = self._group_id(g) / 1000.0
+            for i in range(3 * g, 3 * g + 3):
+                infos[i]["group_id"] = self._group_id(g)
+        return obs, rewards, dones, infos
+
+
+def test_group_codes_stay_distinct_when_the_table_is_pruned():
+    """A full group-code table must not merge groups or re-code a living group mid-rollout."""
+    env = RenamingSacrificeVecEnv(n_instances=2)
+    model = POCA("MlpPolicy", env, **SMALL).learn(48)
+    # fill the table past its limit: the next new group id must not restart the codes
+    model._group_codes.update({("filler", k): 10**9 + k for k in range(100_001)})
+    model.learn(48, reset_num_timesteps=False)
+    b = model.rollout_buffer
+    rows, cols = np.nonzero(b.active)
+    groups = [(int(c) // 3, round(float(b.observations[r, c, 3]) * 1000)) for r, c in zip(rows, cols)]
+    codes = b.group_keys[rows, cols].tolist()
+    code_of: dict[tuple[int, int], set[int]] = {}
+    group_of: dict[int, set[tuple[int, int]]] = {}
+    for group, code in zip(groups, codes):
+        code_of.setdefault(group, set()).add(code)
+        group_of.setdefault(code, set()).add(group)
+    assert len(code_of) > 2, "the rollout should hold several group episodes"
+    assert all(len(v) == 1 for v in code_of.values()), f"a group changed code mid-rollout: {code_of}"
+    assert all(len(v) == 1 for v in group_of.values()), f"two groups share a code: {group_of}"
+    assert len(model._group_codes) <= model.max_group_codes + env.num_envs

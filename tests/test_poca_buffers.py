@@ -173,8 +173,24 @@ def test_inactive_rows_have_no_owner_after_death():
 def test_group_mates_pads_to_largest_group():
     active = np.array([[1, 1, 1, 0], [1, 0, 1, 1]], dtype=bool)
     keys = np.array([[5, 5, 5, 5], [5, 5, -3, 5]])
-    mates = group_mates(active, keys)
-    assert mates.shape == (2, 4, 2)
+    mates, rows = group_mates(active, keys)
+    assert mates.shape == rows.shape == (2, 4, 2)
+    assert rows[0, 0].tolist() == [0, 0] and rows[1, 2].tolist() == [-1, -1]
     assert sorted(mates[0, 0].tolist()) == [1, 2]
     assert mates[1, 2].tolist() == [-1, -1]  # alone
     assert mates[1, 0].tolist() == [3, -1]
+
+
+def test_group_mates_keep_waiting_members_with_their_last_decision():
+    # slots 0, 1, 2 in group 5. Slot 1 decides at t=0 only and waits after; slot 2 decided
+    # before the rollout (alive) and dies at t=1 without deciding; slot 0 decides every step.
+    active = np.array([[1, 1, 0], [1, 0, 0], [1, 0, 0]], dtype=bool)
+    dones = np.array([[0, 0, 0], [0, 0, 1], [0, 0, 0]], dtype=bool)
+    keys = np.array([[5, 5, 0], [5, 0, 0], [5, 0, 0]])  # inactive rows' keys are placeholders
+    last_rows = transition_owners(active, dones, alive_before=np.array([False, False, True]))
+    np.testing.assert_array_equal(last_rows[:, 2], [-2, -2, -1])
+    mates, rows = group_mates(active, keys, last_rows, keys_before=np.array([0, 0, 5]))
+    assert dict(zip(mates[0, 0].tolist(), rows[0, 0].tolist())) == {1: 0, 2: -2}
+    assert dict(zip(mates[1, 0].tolist(), rows[1, 0].tolist())) == {1: 0, 2: -2}  # 2 dies at t=1
+    assert dict(zip(mates[2, 0].tolist(), rows[2, 0].tolist())) == {1: 0, -1: -1}  # 2 is gone
+    assert sorted(mates[0, 1].tolist()) == [0, 2]

@@ -626,3 +626,20 @@ def test_on_a_unity_vec_env_plain_ppo_skips_inactive_steps():
     buffer = model.rollout_buffer
     assert hasattr(buffer, "active") and not buffer.active.all(), "dead agents' slots were inactive"
     venv.close()
+
+
+@pytest.mark.parametrize("wrapper", ["VecMonitor", "VecNormalize"])
+def test_first_step_after_reset_reads_reset_infos_through_wrappers(wrapper):
+    """A slot whose agent has not asked yet at reset is inactive in the first row, though the
+    wrappers' own reset_infos are empty (before: the first row treated every slot as active)."""
+    from scripted_env import ScriptedAgent, ScriptedEnv
+    from stable_baselines3.common import vec_env
+
+    from unity_sb3 import UnityVecEnv
+
+    venv = UnityVecEnv(ScriptedEnv([ScriptedAgent(period=2), ScriptedAgent(period=2, start=1)]), num_slots=2)
+    assert [info["active"] for info in venv.reset_infos] == [True, False]
+    model = PPO("MlpPolicy", getattr(vec_env, wrapper)(venv), n_steps=8, batch_size=8, n_epochs=1, seed=0)
+    model.learn(8)
+    assert model.rollout_buffer.active[:4].tolist() == [[True, False], [False, True]] * 2
+    venv.close()

@@ -49,7 +49,7 @@ from stable_baselines3 import PPO as SB3PPO
 from stable_baselines3.common.buffers import BaseBuffer
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.utils import explained_variance, obs_as_tensor
-from stable_baselines3.common.vec_env import VecEnv
+from stable_baselines3.common.vec_env import VecEnv, VecEnvWrapper
 from torch import nn
 
 from unity_sb3.algorithms.common import (
@@ -253,6 +253,29 @@ class SignalRolloutBuffer(BaseBuffer):
         )
 
 
+def reset_infos_of(env: VecEnv) -> list[dict[str, Any]] | None:
+    """The ``reset_infos`` of the last ``reset()``, read through ``VecEnvWrapper`` layers.
+
+    SB3's wrappers (``VecMonitor``, ``VecNormalize``, ...) keep a ``reset_infos`` of empty dicts
+    of their own and do not pass the wrapped env's on, so ``env.reset_infos`` on a wrapped
+    ``UnityVecEnv`` says nothing about which slots are active or grouped after a reset. This
+    takes the outermost layer whose ``reset_infos`` hold something, else the innermost env's.
+
+    :param env: a VecEnv, possibly wrapped.
+    :return: one dict per slot (copies), or ``None`` when no layer has ``num_envs`` of them.
+    """
+    found: list[dict[str, Any]] | None = None
+    while True:
+        infos = vars(env).get("reset_infos")
+        if isinstance(infos, list) and len(infos) == env.num_envs:
+            found = [dict(info) if isinstance(info, dict) else {} for info in infos]
+            if any(found):
+                return found
+        if not isinstance(env, VecEnvWrapper):
+            return found
+        env = env.venv
+
+
 def active_from_infos(infos: Sequence[dict] | None, n_envs: int) -> np.ndarray:
     """``(n_envs,)`` bool: ``infos[i].get("active", True)`` (all True when ``infos`` is missing)."""
     if not infos or len(infos) != n_envs:
@@ -365,7 +388,7 @@ class PPO(SavedComponentsMixin, SB3PPO):
         will_reset = reset_num_timesteps or self._last_obs is None
         result = super()._setup_learn(total_timesteps, callback, reset_num_timesteps, *args, **kwargs)
         if will_reset or self._last_active is None or len(self._last_active) != self.n_envs:
-            self._last_active = active_from_infos(getattr(self.env, "reset_infos", None), self.n_envs)
+            self._last_active = active_from_infos(reset_infos_of(self.env), self.n_envs)
         if self.signals is not None:
             mark_inactive_aware(self.env)  # this path never trains on placeholder steps
         return result

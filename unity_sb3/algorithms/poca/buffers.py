@@ -23,6 +23,13 @@ Targets follow ML-Agents' ``poca`` trainer, computed over the whole rollout at o
   previous decision; the discount is applied per decision, as ML-Agents does.
 
 Advantage = return - baseline, the baseline being b(own obs, groupmates' obs and actions).
+
+Groupmates of a decision (in V and in the baseline) are the other *living* members of its group
+at that step, deciding or not: a member between two decisions (decision periods out of phase)
+takes part with the observation and action of its last decision, as ML-Agents' agent
+processor keeps each groupmate's last status until it terminates. Its last decision may lie in
+an earlier rollout: the buffer carries those across (:meth:`POCARolloutBuffer.waiting_mate_keys`).
+A member whose episode ended leaves the group at its next step.
 """
 
 from __future__ import annotations
@@ -57,17 +64,28 @@ class POCARolloutBufferSamples(NamedTuple):
     mate_mask: th.Tensor  # (B, M) True = present
 
 
-def transition_owners(active: np.ndarray, dones: np.ndarray) -> np.ndarray:
-    """Which decision each step's outcome belongs to.
+#: ``transition_owners`` value of a live agent whose last decision was before the rollout
+BEFORE_ROLLOUT = -2
+
+
+def transition_owners(
+    active: np.ndarray, dones: np.ndarray, alive_before: np.ndarray | None = None
+) -> np.ndarray:
+    """Which decision each step's outcome belongs to (= each slot's live agent's last decision).
 
     :param active: (n_steps, n_envs) bool, a real agent acted from observation t.
     :param dones: (n_steps, n_envs) bool, the slot's episode ended at step t.
+    :param alive_before: (n_envs,) bool, the slot's agent is alive at the start of the rollout
+        with its last decision in an earlier rollout; None: no such agent.
     :return: (n_steps, n_envs) int: the step of the decision (same slot) whose outcome row t
-        is, or -1 when row t belongs to no live agent (a placeholder after a death).
+        is, or -1 when row t belongs to no live agent (a placeholder after a death), or
+        ``BEFORE_ROLLOUT`` for a live agent whose last decision came before the rollout.
     """
     n_steps, n_envs = active.shape
     owner = np.full((n_steps, n_envs), -1, dtype=np.int64)
     current = np.full(n_envs, -1, dtype=np.int64)
+    if alive_before is not None:
+        current[np.asarray(alive_before, dtype=bool)] = BEFORE_ROLLOUT
     for t in range(n_steps):
         current = np.where(active[t], t, current)
         owner[t] = current
@@ -195,31 +213,52 @@ def compute_poca_returns(
     return returns.astype(np.float32), team_rewards.astype(np.float32)
 
 
-def group_mates(active: np.ndarray, group_keys: np.ndarray) -> np.ndarray:
-    """Groupmates of every active row at the same step.
+def group_mates(
+    active: np.ndarray,
+    group_keys: np.ndarray,
+    last_rows: np.ndarray | None = None,
+    keys_before: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Groupmates of every active row at the same step, deciding or not.
 
     :param active: (n_steps, n_envs) bool.
     :param group_keys: (n_steps, n_envs) int group codes.
-    :return: (n_steps, n_envs, max_mates) int slot indices of the other active members of the
-        row's group at that step, padded with -1 (max_mates >= 0).
+    :param last_rows: (n_steps, n_envs) row of each slot's live agent's last decision at or
+        before t (:func:`transition_owners`); None: only the agents deciding at t are present.
+    :param keys_before: (n_envs,) group codes of the decisions made before the rollout (rows
+        ``BEFORE_ROLLOUT`` of ``last_rows``).
+    :return: ``(mates, mate_rows)``, both (n_steps, n_envs, max_mates) int (max_mates >= 0):
+        slot indices of the other living members of the row's group at that step, padded with
+        -1, and the row of each one's last decision (``BEFORE_ROLLOUT``: before the rollout).
     """
     n_steps, n_envs = active.shape
+    if last_rows is None:
+        last_rows = np.where(active, np.arange(n_steps)[:, None], -1)
+    slots = np.arange(n_envs)
+    present = last_rows != -1
+    member_keys = group_keys[np.maximum(last_rows, 0), slots]
+    if keys_before is not None:
+        member_keys = np.where(last_rows == BEFORE_ROLLOUT, np.asarray(keys_before)[None, :], member_keys)
     lists: dict[tuple[int, int], list[int]] = {}
     max_mates = 0
     for t in range(n_steps):
-        members = np.flatnonzero(active[t])
-        if members.size == 0:
+        members = np.flatnonzero(present[t])
+        deciding = np.flatnonzero(active[t])
+        if deciding.size == 0:
             continue
-        keys = group_keys[t, members]
-        for key in np.unique(keys):
-            group = members[keys == key]
-            max_mates = max(max_mates, group.size - 1)
-            for i in group:
-                lists[(t, int(i))] = [int(j) for j in group if j != i]
+        by_key: dict[int, list[int]] = defaultdict(list)
+        for j, key in zip(members.tolist(), member_keys[t, members].tolist()):
+            by_key[key].append(j)
+        for i in deciding.tolist():
+            others = [j for j in by_key[int(group_keys[t, i])] if j != i]
+            max_mates = max(max_mates, len(others))
+            lists[(t, i)] = others
     mates = np.full((n_steps, n_envs, max_mates), -1, dtype=np.int64)
+    mate_rows = np.full((n_steps, n_envs, max_mates), -1, dtype=np.int64)
     for (t, i), others in lists.items():
         mates[t, i, : len(others)] = others
-    return mates
+        mate_rows[t, i, : len(others)] = last_rows[t, others]
+    return mates, mate_rows
 
 
 class POCARolloutBuffer(RolloutBuffer):
@@ -290,12 +329,66 @@ class POCARolloutBuffer(RolloutBuffer):
         self.has_masks = False
         self.terminal_observations: dict[tuple[int, int], Any] = {}
         self.mates = np.full((n, m, 0), -1, dtype=np.int64)
+        self.mate_rows = np.full((n, m, 0), -1, dtype=np.int64)
+        if not hasattr(self, "waiting_alive"):
+            self.forget_waiting_mates()
+        elif self._waiting_next is not None:  # the previous rollout's waiting agents join this one
+            self.waiting_alive, self.waiting_keys, self.waiting_obs, self.waiting_actions = self._waiting_next
+            self._waiting_next = None
         self.generator_ready = False
         self.pos = 0
         self.full = False
 
     def add(self, *args: Any, **kwargs: Any) -> None:
         raise NotImplementedError("POCARolloutBuffer is filled with add_step(...), not add(...).")
+
+    # ----------------------------------------------- groupmates waiting across rollouts
+
+    def forget_waiting_mates(self) -> None:
+        """Forget the agents carried over from the previous rollout (call after an env reset).
+
+        An agent alive but not deciding when a rollout ends is a groupmate of the next rollout's
+        decisions with the observation and action of its last decision, kept here:
+        ``waiting_alive`` (n_envs,) bool, ``waiting_keys`` (n_envs,) group codes,
+        ``waiting_obs`` (n_envs, *obs_shape) or a dict, ``waiting_actions`` (n_envs, action_dim).
+        """
+        m = self.n_envs
+        if isinstance(self.observation_space, spaces.Dict):
+            self.waiting_obs: np.ndarray | dict[str, np.ndarray] = {
+                key: np.zeros((m, *shape), dtype=self.observation_space[key].dtype)
+                for key, shape in get_obs_shape(self.observation_space).items()
+            }
+        else:
+            self.waiting_obs = np.zeros((m, *self.obs_shape), dtype=self.observation_space.dtype)
+        self.waiting_actions = np.zeros((m, get_action_dim(self.action_space)), dtype=np.float32)
+        self.waiting_keys = np.zeros(m, dtype=np.int64)
+        self.waiting_alive = np.zeros(m, dtype=bool)
+        self._waiting_next: tuple[np.ndarray, np.ndarray, Any, np.ndarray] | None = None
+
+    def waiting_mate_keys(self) -> np.ndarray:
+        """Group codes of the agents carried over from the previous rollout (codes still in use)."""
+        return self.waiting_keys[self.waiting_alive]
+
+    def _carry_waiting_mates(self, last_rows: np.ndarray, last_active: np.ndarray) -> None:
+        """Keep, for the next rollout (taken up by :meth:`reset`), the last decision of every
+        agent alive but not deciding now; this rollout's samples still use the carried-in ones."""
+        n = self.buffer_size
+        alive = (last_rows[n - 1] != -1) & ~self.dones[n - 1] & ~last_active
+        keys, actions = self.waiting_keys.copy(), self.waiting_actions.copy()
+        if isinstance(self.waiting_obs, dict):
+            obs: Any = {key: value.copy() for key, value in self.waiting_obs.items()}
+        else:
+            obs = self.waiting_obs.copy()
+        for j in np.flatnonzero(alive & (last_rows[n - 1] >= 0)):  # BEFORE_ROLLOUT ones stay as they were
+            row = last_rows[n - 1, j]
+            if isinstance(obs, dict):
+                for key, value in self.observations.items():  # type: ignore[union-attr]
+                    obs[key][j] = value[row, j]
+            else:
+                obs[j] = self.observations[row, j]  # type: ignore[index]
+            actions[j] = self.actions[row, j]
+            keys[j] = self.group_keys[row, j]
+        self._waiting_next = (alive, keys, obs, actions)
 
     def add_step(
         self,
@@ -387,7 +480,8 @@ class POCARolloutBuffer(RolloutBuffer):
         :param batch_size: rows per critic forward pass.
         """
         n, m = self.buffer_size, self.n_envs
-        self.mates = group_mates(self.active, self.group_keys)
+        last_rows = transition_owners(self.active, self.dones, self.waiting_alive)
+        self.mates, self.mate_rows = group_mates(self.active, self.group_keys, last_rows, self.waiting_keys)
         rows, cols = np.nonzero(self.active)
         for start in range(0, rows.size, batch_size):
             r, c = rows[start : start + batch_size], cols[start : start + batch_size]
@@ -422,18 +516,9 @@ class POCARolloutBuffer(RolloutBuffer):
                     value = policy.predict_group_values(group_obs, mask).item()
                 self.terminal_values[t, members] = value
 
-        last_values = np.zeros(m, dtype=np.float32)
         last_active = np.asarray(last_active, dtype=bool)
-        if last_active.any():
-            last_mates = group_mates(last_active[None, :], np.asarray(last_group_keys)[None, :])[0]
-            index = np.concatenate([np.arange(m)[:, None], last_mates], axis=1)[last_active]
-            if isinstance(last_obs, dict):
-                obs_list = [{key: value[i] for key, value in last_obs.items()} for i in range(m)]
-            else:
-                obs_list = list(np.asarray(last_obs))
-            group_obs = self._to_group_obs(obs_list, index)
-            mask = th.as_tensor(index >= 0, device=self.device)
-            last_values[last_active] = policy.predict_group_values(group_obs, mask).cpu().numpy()
+        last_values = self._last_group_values(policy, last_obs, last_active, last_group_keys, last_rows)
+        self._carry_waiting_mates(last_rows, last_active)
 
         self.returns, self.team_rewards = compute_poca_returns(
             self.rewards,
@@ -455,6 +540,60 @@ class POCARolloutBuffer(RolloutBuffer):
         if self.normalize_advantage and self.active.sum() > 1:
             active_adv = self.advantages[self.active]
             self.advantages[self.active] = (active_adv - active_adv.mean()) / (active_adv.std() + 1e-8)
+
+    def _last_group_values(
+        self,
+        policy: Any,
+        last_obs: np.ndarray | dict[str, np.ndarray],
+        last_active: np.ndarray,
+        last_group_keys: np.ndarray,
+        last_rows: np.ndarray,
+    ) -> np.ndarray:
+        """(n_envs,) V of each deciding slot's group at the observation after the rollout.
+
+        The group's members there: the slots deciding then, and the agents alive but between
+        decisions with their last decision's observation.
+        """
+        m, n = self.n_envs, self.buffer_size
+        last_values = np.zeros(m, dtype=np.float32)
+        if not last_active.any():
+            return last_values
+        if isinstance(last_obs, dict):
+            obs_list: list[Any] = [{key: value[i] for key, value in last_obs.items()} for i in range(m)]
+        else:
+            obs_list = list(np.asarray(last_obs))
+        rows = np.where(last_active, -1, last_rows[n - 1])
+        waiting = np.flatnonzero((rows != -1) & ~self.dones[n - 1])
+        keys = np.asarray(last_group_keys, dtype=np.int64).copy()
+        for j in waiting:  # their last decision's observation, appended after the m current ones
+            row = rows[j]
+            if row == BEFORE_ROLLOUT:
+                keys[j] = self.waiting_keys[j]
+                source: Any = self.waiting_obs
+                index: Any = j
+            else:
+                keys[j] = self.group_keys[row, j]
+                source, index = self.observations, (row, j)
+            if isinstance(source, dict):
+                obs_list.append({key: value[index] for key, value in source.items()})
+            else:
+                obs_list.append(source[index])
+        present = last_active.copy()
+        present[waiting] = True
+        position = np.arange(m)
+        position[waiting] = m + np.arange(waiting.size)
+        members = [
+            [i] + [int(position[j]) for j in np.flatnonzero(present & (keys == keys[i])) if j != i]
+            for i in np.flatnonzero(last_active)
+        ]
+        width = max(len(row) for row in members)
+        index_array = np.full((len(members), width), -1, dtype=np.int64)
+        for r, row in enumerate(members):
+            index_array[r, : len(row)] = row
+        group_obs = self._to_group_obs(obs_list, index_array)
+        mask = th.as_tensor(index_array >= 0, device=self.device)
+        last_values[last_active] = policy.predict_group_values(group_obs, mask).cpu().numpy()
+        return last_values
 
     # --------------------------------------------------------------- sampling
 
@@ -484,15 +623,25 @@ class POCARolloutBuffer(RolloutBuffer):
         mates = mates[:, :width]
         present = mates >= 0
         mate_cols = np.maximum(mates, 0)
-        mate_rows = np.broadcast_to(t[:, None], mate_cols.shape)
+        source_rows = self.mate_rows[t, i][:, :width]
+        mate_rows = np.maximum(source_rows, 0)
+        before = present & (source_rows == BEFORE_ROLLOUT)  # carried from the previous rollout
+
+        def mates_of(value: np.ndarray, waiting: np.ndarray) -> np.ndarray:
+            gathered = value[mate_rows, mate_cols]
+            if before.any():
+                gathered[before] = waiting[mate_cols[before]]
+            return gathered
+
         if isinstance(self.observations, dict):
             obs: Any = {key: self.to_torch(value[t, i]) for key, value in self.observations.items()}
             mate_obs: Any = {
-                key: self.to_torch(value[mate_rows, mate_cols]) for key, value in self.observations.items()
+                key: self.to_torch(mates_of(value, self.waiting_obs[key]))  # type: ignore[index]
+                for key, value in self.observations.items()
             }
         else:
             obs = self.to_torch(self.observations[t, i])
-            mate_obs = self.to_torch(self.observations[mate_rows, mate_cols])
+            mate_obs = self.to_torch(mates_of(self.observations, self.waiting_obs))  # type: ignore[arg-type]
         return POCARolloutBufferSamples(
             observations=obs,
             actions=self.to_torch(self.actions[t, i]),
@@ -503,7 +652,7 @@ class POCARolloutBuffer(RolloutBuffer):
             returns=self.to_torch(self.returns[t, i]),
             action_masks=self.to_torch(self.action_masks[t, i]) if self.has_masks else None,
             mate_observations=mate_obs,
-            mate_actions=self.to_torch(self.actions[mate_rows, mate_cols]),
+            mate_actions=self.to_torch(mates_of(self.actions, self.waiting_actions)),
             mate_mask=self.to_torch(present),
         )
 

@@ -6,9 +6,14 @@ step, POCA reads from ``infos[i]``:
 
 - ``group_id`` (0 = no group: the agent is a group of one) and ``instance`` when present:
   slots sharing ``(instance, group_id)`` at a step form a group, whatever its size;
-- ``group_reward``: added to every member's reward (unless the VecEnv was built with
-  ``add_group_reward=True``, which already put it into the reward);
-- ``active`` (default True): False marks a placeholder step; it never enters a loss;
+- ``group_reward``: counted once per agent per step, on top of the individual rewards. When
+  the env also adds it into each reward (its ``add_group_reward`` attribute is True, as
+  ``UnityVecEnv(add_group_reward=True)``'s), POCA subtracts it back out first: the reward
+  sharing sums *individual* rewards over the group, so a group reward left inside them would
+  count once per living member (and count less after a death);
+- ``active`` (default True): False marks a placeholder step; it never enters a loss. A
+  groupmate that is alive but not deciding this step stays in the critic and the baseline
+  with its last observation and action (see :mod:`.buffers`);
 - ``TimeLimit.truncated`` and ``terminal_observation`` at episode ends.
 Action masks come from ``env_method("action_masks")`` (sb3-contrib's convention) when the env
 has them and the action space is discrete. Targets and losses: see :mod:`.buffers` and
@@ -36,11 +41,12 @@ from stable_baselines3.common.utils import (
     explained_variance,
     obs_as_tensor,
 )
-from stable_baselines3.common.vec_env import VecEnv, VecEnvWrapper
+from stable_baselines3.common.vec_env import VecEnv, VecEnvWrapper, VecNormalize
 from torch.nn import functional as F
 
 from unity_sb3.algorithms.poca.buffers import POCARolloutBuffer
 from unity_sb3.algorithms.poca.policies import CnnPolicy, MlpPolicy, MultiInputPolicy, POCAPolicy
+from unity_sb3.algorithms.ppo import reset_infos_of
 from unity_sb3.wrappers.vec_env import mark_inactive_aware
 
 SelfPOCA = TypeVar("SelfPOCA", bound="POCA")
@@ -115,6 +121,8 @@ class POCA(OnPolicyAlgorithm):
     }
     policy: POCAPolicy
     rollout_buffer: POCARolloutBuffer  # type: ignore[assignment]
+    #: group codes kept between rollouts before unused ones are dropped (codes are never reused)
+    max_group_codes: ClassVar[int] = 100_000
 
     def __init__(
         self,
@@ -186,6 +194,7 @@ class POCA(OnPolicyAlgorithm):
         self.target_kl = target_kl
         self._last_infos: list[dict[str, Any]] | None = None
         self._group_codes: dict[tuple[Any, Any], int] = {}
+        self._next_group_code = 0
         self._slot_instances: list[Any] = []
         if _init_setup_model:
             self._setup_model()
@@ -217,7 +226,13 @@ class POCA(OnPolicyAlgorithm):
         self.ent_coef_schedule = _make_schedule(self.ent_coef_initial, "ent_coef", self.schedule)
 
     def _excluded_save_params(self) -> list[str]:
-        return [*super()._excluded_save_params(), "_last_infos", "_group_codes", "_slot_instances"]
+        return [
+            *super()._excluded_save_params(),
+            "_last_infos",
+            "_group_codes",
+            "_next_group_code",
+            "_slot_instances",
+        ]
 
     # ------------------------------------------------------------ collection
 
@@ -229,10 +244,22 @@ class POCA(OnPolicyAlgorithm):
         key = (instance, int(group_id))
         code = self._group_codes.get(key)
         if code is None:
-            if len(self._group_codes) > 100_000:
-                self._group_codes.clear()
-            code = self._group_codes[key] = len(self._group_codes)
+            code = self._group_codes[key] = self._next_group_code
+            self._next_group_code += 1
         return code
+
+    def _prune_group_codes(self, in_use: np.ndarray) -> None:
+        """Between rollouts, forget the groups whose codes no slot uses any more.
+
+        Codes come from a counter and are never given twice, so a group seen again after being
+        forgotten gets a fresh code and can never share one with another group.
+
+        :param in_use: group codes still referred to (the next rollout's first keys, carried mates).
+        """
+        if len(self._group_codes) <= self.max_group_codes:
+            return
+        keep = set(np.asarray(in_use).tolist())
+        self._group_codes = {key: code for key, code in self._group_codes.items() if code in keep}
 
     def _slot_state(self, infos: list[dict[str, Any]] | None, n_envs: int) -> tuple[np.ndarray, np.ndarray]:
         """(active, group keys) of the slots' current observations, from the infos that came with them."""
@@ -241,11 +268,25 @@ class POCA(OnPolicyAlgorithm):
         keys = np.array([self._group_key(i, info) for i, info in enumerate(infos)], dtype=np.int64)
         return active, keys
 
-    def _initial_infos(self, env: VecEnv) -> list[dict[str, Any]] | None:
-        infos = getattr(env, "reset_infos", None)
-        if isinstance(infos, list) and len(infos) == env.num_envs:
-            return [dict(info) if isinstance(info, dict) else {} for info in infos]
-        return None
+    @staticmethod
+    def _check_reward_path(env: VecEnv) -> None:
+        """Refuse a reward normaliser above an env that adds group rewards into the rewards.
+
+        POCA subtracts ``infos[i]["group_reward"]`` from such rewards; after ``VecNormalize``
+        scaled them, the raw group reward in the infos no longer matches what is inside.
+        """
+        if not _find_attr(env, "add_group_reward", False):
+            return
+        layer: Any = env
+        while isinstance(layer, VecEnvWrapper):
+            if isinstance(layer, VecNormalize) and layer.norm_reward:
+                raise ValueError(
+                    "POCA cannot separate group rewards from individual rewards that VecNormalize has "
+                    "normalised while the env adds the group reward into them (add_group_reward=True). "
+                    "Build the env with add_group_reward=False (POCA reads infos['group_reward'] itself) "
+                    "or use VecNormalize(norm_reward=False)."
+                )
+            layer = layer.venv
 
     def _setup_learn(
         self,
@@ -259,9 +300,11 @@ class POCA(OnPolicyAlgorithm):
         result = super()._setup_learn(
             total_timesteps, callback, reset_num_timesteps, tb_log_name, progress_bar
         )
+        assert self.env is not None
+        self._check_reward_path(self.env)
         if must_reset or self._last_infos is None:
-            assert self.env is not None
-            self._last_infos = self._initial_infos(self.env)
+            self._last_infos = reset_infos_of(self.env)
+            self.rollout_buffer.forget_waiting_mates()
         self._slot_instances = self._find_slot_instances(self.env)  # type: ignore[arg-type]
         mark_inactive_aware(self.env)  # POCA never trains on placeholder steps
         return result
@@ -298,6 +341,7 @@ class POCA(OnPolicyAlgorithm):
         callback.on_rollout_start()
         env_adds_group_reward = bool(_find_attr(env, "add_group_reward", False))
         active, keys = self._slot_state(self._last_infos, env.num_envs)
+        self._prune_group_codes(np.concatenate([keys, rollout_buffer.waiting_mate_keys()]))
         n_steps = 0
         new_obs, dones = self._last_obs, np.zeros(env.num_envs, dtype=bool)
         while n_steps < n_rollout_steps:
@@ -318,11 +362,12 @@ class POCA(OnPolicyAlgorithm):
             self._update_info_buffer(infos, dones)
             n_steps += 1
 
-            group_rewards = np.zeros(env.num_envs, dtype=np.float32)
-            if not env_adds_group_reward:
-                group_rewards = np.array(
-                    [float(info.get("group_reward", 0.0)) for info in infos], dtype=np.float32
-                )
+            rewards = np.asarray(rewards, dtype=np.float32)
+            group_rewards = np.array(
+                [float(info.get("group_reward", 0.0)) for info in infos], dtype=np.float32
+            )
+            if env_adds_group_reward:  # the env put it into every reward: keep the individual part
+                rewards = rewards - group_rewards
             truncated = np.array([bool(info.get("TimeLimit.truncated", False)) for info in infos], dtype=bool)
             terminal = {
                 i: infos[i]["terminal_observation"]
@@ -333,7 +378,7 @@ class POCA(OnPolicyAlgorithm):
                 self._last_obs,  # type: ignore[arg-type]
                 actions,
                 log_probs.cpu().numpy(),
-                np.asarray(rewards, dtype=np.float32),
+                rewards,
                 group_rewards,
                 np.asarray(dones, dtype=bool),
                 truncated,
