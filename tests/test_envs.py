@@ -93,14 +93,15 @@ def episode_returns(env, behavior: str, policy: str, n_steps: int, seed: int = 0
 
 
 def assert_steps_equal(
-    a: tuple[DecisionSteps, TerminalSteps], b: tuple[DecisionSteps, TerminalSteps]
+    a: tuple[DecisionSteps, TerminalSteps], b: tuple[DecisionSteps, TerminalSteps], id_offset: int = 0
 ) -> None:
+    """Same steps; ``b``'s agent ids are ``a``'s plus ``id_offset`` (ids are never reused)."""
     for x, y in zip(a, b):
         assert len(x) == len(y)
         for ox, oy in zip(x.obs, y.obs):
             np.testing.assert_array_equal(ox, oy)
         np.testing.assert_array_equal(x.reward, y.reward)
-        np.testing.assert_array_equal(x.agent_id, y.agent_id)
+        np.testing.assert_array_equal(x.agent_id + id_offset, y.agent_id)
         np.testing.assert_array_equal(x.group_id, y.group_id)
         np.testing.assert_array_equal(x.group_reward, y.group_reward)
     if a[0].action_mask is not None:
@@ -236,10 +237,30 @@ def test_same_seed_same_actions_identical_steps(name):
         assert_steps_equal(x, y)
     first_c = next(run(c, behavior, "random", 1))
     assert not all(np.array_equal(x, y) for x, y in zip(steps_a[0][0].obs, first_c[0].obs))
-    # reseed (what the player does with the handshake seed) == a fresh scene with that seed
+    # reseed (what the player does with the handshake seed) == a fresh scene with that seed, but
+    # with new agent ids: like Unity's, the id counter never restarts
+    used = set(first_c[0].agent_id.tolist())
     c.reseed(7)
-    for x, y in zip(steps_a[:50], run(c, behavior, "random", 50, seed=1)):
-        assert_steps_equal(x, y)
+    replay = list(run(c, behavior, "random", 50, seed=1))
+    assert not used & set(replay[0][0].agent_id.tolist())
+    offset = int(replay[0][0].agent_id[0]) - int(steps_a[0][0].agent_id[0])
+    for x, y in zip(steps_a[:50], replay):
+        assert_steps_equal(x, y, id_offset=offset)
+
+
+@pytest.mark.parametrize("name", SCENES)
+def test_agent_ids_never_reused_across_resets_and_reseeds(name):
+    """Unity never gives an id twice, not even after a reset with a seed; neither do the scenes."""
+    behavior = BEHAVIORS[name]
+    env = make_scene(name, seed=0, **SMALL[name])
+    episodes: list[set[int]] = []
+    for seed in (0, 0, 1):
+        env.reseed(seed)
+        ids: set[int] = set()
+        for d, t in run(env, behavior, "random", 40):
+            ids |= set(d.agent_id.tolist()) | set(t.agent_id.tolist())
+        assert all(not ids & earlier for earlier in episodes)
+        episodes.append(ids)
 
 
 @pytest.mark.parametrize("name", SCENES)

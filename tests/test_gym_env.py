@@ -208,7 +208,8 @@ def test_reset_continues_from_unity_auto_reset(agent):
         assert terminated
         obs, info = env.reset()
         assert obs[1] == episode + 1 and obs[2] == 0  # next episode, first step
-        assert info["agent_id"] == unity.agent_ids()[0]
+        assert env.agent_id == unity.agent_ids()[0]
+        assert "agent_id" not in info  # Unity's ids never repeat, so they stay out of info
     assert unity.reset_count == 1  # never reset the whole scene
     assert unity.unanswered == []
 

@@ -11,7 +11,9 @@ It reproduces what a Unity build does between two ``Exchange`` calls, vectorised
   ``DecisionSteps``; missing actions are zeros.
 * An agent that reaches ``max_steps`` ends its episode with ``interrupted=True``; ended agents
   reset at once (with a new agent id unless ``stable_agent_ids``), so the same agent can be
-  in ``TerminalSteps`` (old episode) and ``DecisionSteps`` (new episode) of one step.
+  in ``TerminalSteps`` (old episode) and ``DecisionSteps`` (new episode) of one step. As in
+  Unity, an id is never reused: the id counter runs for the life of the scene object, through
+  ``reset()`` and ``reseed()``.
 * Side channels: environment parameters are read at each agent's episode start
   (``GetWithDefault``); stats go back to Python through the StatsSideChannel.
 
@@ -106,6 +108,9 @@ class EmbeddedScene(BaseEnv):
         self._steps: tuple[DecisionSteps, TerminalSteps] | None = None
         self._academy_step = 0
         self._closed = False
+        # like Unity's episode-id counter: it only grows for the life of the scene, through
+        # resets and reseeds, so an id never names two episodes (or two agents)
+        self._next_id = 0
         self.reseed(seed)
 
     # ------------------------------------------------------------------ parameters and spec
@@ -266,10 +271,13 @@ class EmbeddedScene(BaseEnv):
 
     # ------------------------------------------------------------------ BaseEnv API
     def reseed(self, seed: int) -> None:
-        """Re-seed the scene (as Unity does with the seed of the handshake). Takes effect from the next reset."""
+        """Re-seed the scene (as Unity does with the seed of the handshake). Takes effect from the next reset.
+
+        Agent ids keep counting: a seeded reset repeats observations and rewards, not ids (Unity
+        never reuses one).
+        """
         self.seed = int(seed)
         self._rng = np.random.default_rng(self.seed)
-        self._next_id = 0
         self._steps = None
 
     @property

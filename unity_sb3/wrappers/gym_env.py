@@ -41,6 +41,7 @@ from mlagents_envs.base_env import ActionTuple, BaseEnv, BehaviorSpec, DecisionS
 import unity_sb3.unity  # noqa: F401  (protobuf compat before mlagents_envs)
 from unity_sb3.spaces import BehaviorSpaces, HybridMode, VisualMode, is_visual
 from unity_sb3.unity.errors import UnityConfigurationError
+from unity_sb3.wrappers._steps import read_steps
 
 OtherAgents = Literal["zeros", "random"] | Callable[[str, DecisionSteps], ActionTuple]
 
@@ -275,7 +276,8 @@ class UnityGymEnv(gym.Env):
         self._closed = False
         try:
             self.behavior_name = resolve_behavior(self._env, behavior_name)
-            self._behaviors = list(self._env.behavior_specs.keys())
+            self._all_specs = dict(self._env.behavior_specs)
+            self._behaviors = list(self._all_specs)
             self._spec: BehaviorSpec = self._env.behavior_specs[self.behavior_name]
             self.spaces = BehaviorSpaces(self._spec, visual=visual, flatten=flatten_obs, hybrid=hybrid)
             self.observation_space = self.spaces.observation_space
@@ -313,12 +315,14 @@ class UnityGymEnv(gym.Env):
 
     @property
     def agent_id(self) -> int | None:
-        """Unity's id of the agent currently followed."""
+        """Unity's id of the agent currently followed (opaque; it changes when Unity starts a new
+        episode or scene, and is never reused)."""
         return self._agent_id
 
     # ------------------------------------------------------------------ Unity plumbing
     def _read_steps(self) -> None:
-        self._steps = {b: self._env.get_steps(b) for b in self._behaviors}
+        """Every behavior's steps, normalised to arrays (any ``BaseEnv``, DESIGN 4.2)."""
+        self._steps = {b: read_steps(self._env, b, self._all_specs[b]) for b in self._behaviors}
 
     def _decisions(self) -> DecisionSteps:
         return self._steps[self.behavior_name][0]
@@ -427,7 +431,9 @@ class UnityGymEnv(gym.Env):
 
         :param seed: reseeds the scene (``reseed``) and resets it; on a real Unity build, warns once.
         :param options: ``{"hard_reset": True}`` resets the Unity scene even between episodes.
-        :return: ``(observation, info)``; ``info`` has ``agent_id``, ``group_id`` and ``group_reward`` (0.0).
+        :return: ``(observation, info)``; ``info`` has ``group_id`` and ``group_reward`` (0.0). Unity's
+            id of the agent is :attr:`agent_id`, not in ``info``: Unity never reuses an id, so it
+            would differ between two resets with the same seed and break gymnasium's determinism check.
         """
         super().reset(seed=seed)
         self._check_open()
@@ -454,15 +460,16 @@ class UnityGymEnv(gym.Env):
                 stacklevel=2,
             )
             self._hard_reset()
-        return self._obs, {"agent_id": self._agent_id, "group_id": self._group_id, "group_reward": 0.0}
+        return self._obs, {"group_id": self._group_id, "group_reward": 0.0}
 
     def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
         """Act, then advance Unity until the agent asks again or its episode ends.
 
         :param action: one action in ``action_space``.
         :return: ``(obs, reward, terminated, truncated, info)``; ``reward`` is summed over the
-            Unity steps taken; ``info`` has ``agent_id``, ``group_id``, ``group_reward`` (summed
-            the same way), ``unity_steps`` and, at an episode end, ``interrupted``.
+            Unity steps taken; ``info`` has ``group_id``, ``group_reward`` (summed the same way),
+            ``unity_steps`` and, at an episode end, ``interrupted`` (Unity's agent id is
+            :attr:`agent_id`).
         """
         self._check_open()
         if self._episode_over:
@@ -505,7 +512,6 @@ class UnityGymEnv(gym.Env):
 
     def _info(self, group_reward: float, unity_steps: int) -> dict[str, Any]:
         return {
-            "agent_id": self._agent_id,
             "group_id": self._group_id,
             "group_reward": group_reward,
             "unity_steps": unity_steps,

@@ -53,6 +53,7 @@ from unity_sb3.spaces import BehaviorSpaces, HybridMode, VisualMode, is_visual
 from unity_sb3.unity import compat as _compat  # noqa: F401  (before mlagents_envs)
 from unity_sb3.unity.errors import UnityConfigurationError, UnityProcessError
 from unity_sb3.wrappers._slots import assign_free_slots, match_ids, unassigned_rows
+from unity_sb3.wrappers._steps import read_steps
 
 from mlagents_envs.base_env import ActionTuple, BaseEnv, DecisionSteps, TerminalSteps  # isort: skip
 from mlagents_envs.exception import UnityActionException, UnityException, UnityTimeOutException  # isort: skip
@@ -423,7 +424,7 @@ class UnityVecEnv(VecEnv):
             if name == self.behavior_name:
                 continue
             try:
-                dec, _ = inst.env.get_steps(name)
+                dec, _ = read_steps(inst.env, name, inst.env.behavior_specs[name])
             except KeyError:  # a behavior registered but without agents yet
                 continue
             if len(dec) == 0:
@@ -439,14 +440,18 @@ class UnityVecEnv(VecEnv):
             inst.env.set_actions(self.behavior_name, self.behavior_spec.action_spec.empty_action(len(dec)))
         self._answer_others(inst)
 
+    def _get_steps(self, inst: _Instance) -> tuple[DecisionSteps, TerminalSteps]:
+        """This behavior's steps of ``inst``, normalised to arrays (any ``BaseEnv``, DESIGN 4.2)."""
+        return read_steps(inst.env, self.behavior_name, self.behavior_spec)
+
     def _wait_for_request(self, inst: _Instance, ready: Callable[[DecisionSteps], bool]) -> DecisionSteps:
-        dec, _ = inst.env.get_steps(self.behavior_name)
+        dec, _ = self._get_steps(inst)
         for _ in range(self.max_idle_steps):
             if ready(dec):
                 return dec
             self._answer_idle(inst, dec)
             inst.env.step()
-            dec, _ = inst.env.get_steps(self.behavior_name)
+            dec, _ = self._get_steps(inst)
         if ready(dec):
             return dec
         raise UnityNoDecisionError(
@@ -466,7 +471,7 @@ class UnityVecEnv(VecEnv):
     def _bind_current(self, inst: _Instance) -> None:
         """Bind slots afresh to the agents asking right now (after a reset)."""
         inst.unbind_all()
-        dec, _ = inst.env.get_steps(self.behavior_name)
+        dec, _ = self._get_steps(inst)
         inst.dec = dec
         self._bind(inst, dec, np.full(inst.n, -1, np.int64))
         self._write_obs(inst, dec, np.flatnonzero(inst.rows >= 0))
@@ -602,10 +607,10 @@ class UnityVecEnv(VecEnv):
         done = np.zeros(n, bool)
         truncated = np.zeros(n, bool)
         terminal_obs: dict[int, Any] = {}
-        env, behavior = inst.env, self.behavior_name
+        env, behavior, spec = inst.env, self.behavior_name, self.behavior_spec
         for _ in range(self.max_idle_steps):
             env.step()
-            dec, term = env.get_steps(behavior)
+            dec, term = read_steps(env, behavior, spec)
             if len(term):
                 self._absorb_terminal(inst, term, reward, group_reward, done, truncated, terminal_obs)
             inst.dec = dec
