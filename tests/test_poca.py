@@ -464,6 +464,14 @@ def test_alive_groupmate_between_decisions_stays_in_critic_and_baseline():
             both = th.as_tensor(np.stack([buffer.observations[t, i], mate_obs]))[None]
             value = model.policy.predict_group_values(both, th.ones((1, 2), dtype=th.bool)).item()
         assert buffer.values[t, i] == pytest.approx(value, abs=1e-5)
+    # the rollout-end bootstrap of slot 0 (deciding next) also sees slot 1 as it last decided
+    last = buffer.buffer_size - 1
+    assert buffer.active[last].tolist() == [False, True]
+    with th.no_grad():
+        both = th.as_tensor(np.stack([model._last_obs[0], buffer.observations[last, 1]]))[None]
+        last_value = model.policy.predict_group_values(both, th.ones((1, 2), dtype=th.bool)).item()
+    expected = buffer.team_rewards[last - 1, 0] + model.gamma * last_value
+    assert buffer.returns[last - 1, 0] == pytest.approx(expected, abs=1e-5)
     venv.close()
 
 
