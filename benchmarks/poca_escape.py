@@ -1,7 +1,8 @@
 """POCA vs independent PPO on the Escape scene (one agent must die to drop the key).
 
 Both train on the same UnityVecEnv slots (``add_group_reward=True``: the group reward is in
-every living member's reward; POCA notices and does not add it twice). Independent PPO is
+every living member's reward, the only way independent PPO sees it; POCA takes it back out and
+counts it once per agent per step, so the setting does not change what POCA learns). Independent PPO is
 ``unity_sb3.PPO`` without reward signals: like POCA it leaves the placeholder steps of dead
 agents out of its losses (SB3's PPO would train on them). With ``--guard-move-prob 0`` the guard
 stands still, so the key only drops when an agent walks into it. The metric is the group

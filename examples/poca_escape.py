@@ -10,8 +10,10 @@ so independent learners rarely learn to sacrifice; POCA's centralised critic and
 counterfactual baseline credit it anyway (posthumous credit assignment).
 
 UnityVecEnv gives each agent a slot, ``infos[i]["group_id"]`` and ``infos[i]["group_reward"]``;
-``add_group_reward=True`` also adds the group reward to each member's reward. The script prints
-the group success rate (escapes / (escapes + time-outs)) of the untrained and the trained policy.
+POCA reads the group reward from the infos and counts it once per agent per step
+(``UnityVecEnv(add_group_reward=True)`` would change nothing for POCA: it takes the group reward
+back out of the rewards; independent learners need it). The script prints the group success
+rate (escapes / (escapes + time-outs)) of the untrained and the trained policy.
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ def main(argv: list[str] | None = None) -> dict[str, tuple[int, int]]:
 
     def make_env(seed: int) -> unity_sb3.UnityVecEnv:
         open_kwargs = {"num_agents": args.num_agents, "seed": seed}
-        return unity_sb3.UnityVecEnv("Escape", open_kwargs=open_kwargs, add_group_reward=True)
+        return unity_sb3.UnityVecEnv("Escape", open_kwargs=open_kwargs)
 
     env = make_env(args.seed)
     model = unity_sb3.POCA(
