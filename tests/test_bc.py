@@ -554,6 +554,29 @@ def test_bc_term_from_in_memory_demonstrations() -> None:
     assert last < first
 
 
+@pytest.mark.parametrize(("steps", "expected_factor"), [(0, 1.0), (1000, 0.75)])
+def test_bc_learning_rate_is_strength_times_the_initial_rate_with_its_own_anneal(
+    steps: int, expected_factor: float
+) -> None:
+    """ML-Agents' BCModule: strength x the policy's *initial* rate, decayed only by BC's own
+    ``steps``; the algorithm's schedule (here linear, half done) must not decay it a second time."""
+    env = fixed_env(spaces.Box(-np.inf, np.inf, (4,), np.float32), spaces.Discrete(3))
+    model = PPO(
+        "MlpPolicy",
+        env,
+        learning_rate=lambda progress_remaining: 1e-3 * progress_remaining,
+        n_steps=16,
+        batch_size=16,
+        device="cpu",
+        behavioral_cloning={"demonstrations": discrete_arrays(), "strength": 0.5, "steps": steps},
+    )
+    model._current_progress_remaining = 0.5  # the policy's own rate is now 5e-4
+    model.num_timesteps = 250
+    stats = model._bc.update()
+    assert stats["learning_rate"] == pytest.approx(0.5 * 1e-3 * expected_factor)
+    assert model._bc.optimizer.param_groups[0]["lr"] == pytest.approx(0.5 * 1e-3 * expected_factor)
+
+
 @pytest.mark.slow
 def test_ppo_with_bc_reaches_the_threshold_sooner_than_ppo_alone(ball_demo: str) -> None:
     """Same seed, same budget: pretrain + BC term vs plain PPO (benchmarks/bc_ball3d.py does several seeds)."""

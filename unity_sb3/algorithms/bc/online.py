@@ -4,15 +4,17 @@
 :class:`BehavioralCloning` through :func:`make_bc_module` (the hook in
 :mod:`unity_sb3.algorithms.common`). As in ML-Agents (``components/bc/module.py``), it has its
 own Adam optimizer over the actor's parameters and runs its own minibatches of demo data after
-each policy update; ``strength`` scales its learning rate relative to the algorithm's current
-one, and ``steps`` anneals that strength linearly to zero over that many environment steps.
+each policy update. Its learning rate is ``strength`` times the algorithm's *initial* learning
+rate (``lr_schedule(1)``, ML-Agents' ``policy_learning_rate``), annealed linearly to zero over
+``steps`` environment steps by BC's own schedule; the algorithm's schedule does not apply to it
+(a translated YAML with a linear ``learning_rate_schedule`` would otherwise decay BC twice).
 
 Settings (ML-Agents' ``BehavioralCloningSettings`` names and defaults, plus two of ours):
 
 - ``demo_path``: a ``.demo`` file, a directory of them, or a list;
 - ``demonstrations``: (ours) the data itself instead of a path: a ``Demonstration`` or arrays
   in the model's spaces (anything :func:`~unity_sb3.algorithms.bc.data.bc_data` takes);
-- ``strength`` (1.0): BC learning rate = ``strength`` * the algorithm's learning rate;
+- ``strength`` (1.0): BC learning rate = ``strength`` * the algorithm's initial learning rate;
 - ``steps`` (0): anneal ``strength`` linearly to 0 over this many environment steps; 0 = constant;
 - ``batch_size`` (None): demo transitions per minibatch; default: the algorithm's ``batch_size``;
 - ``num_epoch`` (None): passes per update; default: PPO's ``n_epochs``, 1 for SAC;
@@ -149,8 +151,8 @@ class BehavioralCloning:
         return self._sampler.data
 
     def base_learning_rate(self) -> float:
-        algo = self.algorithm
-        return float(algo.lr_schedule(getattr(algo, "_current_progress_remaining", 1.0)))
+        """The algorithm's initial learning rate (its schedule at progress remaining 1)."""
+        return float(self.algorithm.lr_schedule(1.0))
 
     def current_strength(self) -> float:
         """``strength``, linearly annealed to 0 over ``steps`` environment steps (when > 0)."""
