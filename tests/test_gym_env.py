@@ -12,6 +12,7 @@ from mlagents_envs.base_env import ActionSpec, ActionTuple
 from scripted_env import DEFAULT_BEHAVIOR, ScriptedAgent, ScriptedBehavior, ScriptedEnv
 from stable_baselines3.common.env_checker import check_env as sb3_check_env
 
+from unity_sb3.envs import list_scenes
 from unity_sb3.unity.errors import UnityConfigurationError
 from unity_sb3.wrappers.gym_env import UnityGymEnv, image_to_rgb, split_behavior_name
 
@@ -359,7 +360,7 @@ def embedded_scene(name: str, **params):
         pytest.skip(f"embedded scene {name} not available: {exc}")
 
 
-@pytest.mark.parametrize("scene", ["Ball3D", "GridWorld", "Escape", "PyramidsLite"])
+@pytest.mark.parametrize("scene", list_scenes())  # every embedded scene
 def test_embedded_scenes_pass_checkers(scene):
     def make():
         unity = embedded_scene(scene)

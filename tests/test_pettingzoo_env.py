@@ -12,6 +12,7 @@ from pettingzoo import AECEnv, ParallelEnv
 from pettingzoo.test import api_test, parallel_api_test
 from scripted_env import ScriptedAgent, ScriptedBehavior, ScriptedEnv
 
+from unity_sb3.envs import list_scenes
 from unity_sb3.unity.errors import UnityConfigurationError
 from unity_sb3.wrappers.pettingzoo_env import UnityAECEnv, UnityParallelEnv
 
@@ -341,7 +342,7 @@ def embedded_scene(name: str, **params):
         pytest.skip(f"embedded scene {name} not available: {exc}")
 
 
-@pytest.mark.parametrize("scene", ["Ball3D", "GridWorld", "Escape", "PyramidsLite"])
+@pytest.mark.parametrize("scene", list_scenes())  # every embedded scene
 def test_pettingzoo_api_tests_on_embedded_scenes(scene):
     params = {"max_steps": 60}  # short episodes, so agents finish within the test's cycles
     with warnings.catch_warnings():

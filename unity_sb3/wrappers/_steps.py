@@ -4,26 +4,25 @@ wrappers read (DESIGN 4.2: convert once, at the boundary).
 ``mlagents_envs`` types these fields as numpy arrays, but does not enforce it: its own
 ``rpc_utils`` gives ``group_id`` as a Python list, ML-Agents' test environments
 (``simple_test_envs.MultiAgentEnvironment``) build whole batches from Python lists (ids, rewards,
-``interrupted``; no observation arrays at all when nobody asks), and other ``BaseEnv`` s use
-int64 ids, float64 rewards, tuples, nested lists for observations, ``None`` or list masks.
-:func:`normalize_steps` turns any of these into:
+``interrupted``; no observation arrays at all when nobody asks; every branch's mask in one
+array), and other ``BaseEnv`` s use int64 ids, float64 rewards, tuples, nested lists for
+observations, ``None`` or list masks. :class:`StepReader` turns any of these into:
 
 - ``obs``: one array per observation spec, ``(n, *spec.shape)`` (float32 when converted);
-- ``reward``, ``group_reward``: ``(n,)`` float32;
+- ``reward``, ``group_reward``: ``(n,)`` float32 (zeros when ``group_reward`` is ``None``);
 - ``agent_id``, ``group_id``: ``(n,)`` integer arrays (kept as they are when already integer
-  arrays, e.g. Unity's int32; int64 when converted);
+  arrays, e.g. Unity's int32; int64 when converted; ``group_id`` ``None`` = no groups, zeros);
 - ``interrupted``: ``(n,)`` bool;
 - ``action_mask``: ``None`` or one ``(n, branch_size)`` bool array per discrete branch.
 
-Fields that already have that form are passed through untouched (no copy), and a batch whose
-every field does is returned as the very same object, so a real Unity build or an embedded
-scene costs a few type checks per step. Anything that cannot be read raises
-:class:`~unity_sb3.unity.errors.UnityConfigurationError` naming the field.
+A batch already in that form is returned as the very same object (a dozen attribute checks,
+no copy), one whose only flaw is a list ``group_id`` (every batch of a real Unity build) gets
+just that field converted, and empty batches become one shared empty batch. Anything that
+cannot be read raises :class:`~unity_sb3.unity.errors.UnityConfigurationError` naming the field.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -38,136 +37,222 @@ _FLOAT32 = np.dtype(np.float32)
 _BOOL = np.dtype(bool)
 
 
-def read_steps(env: BaseEnv, behavior_name: str, spec: BehaviorSpec) -> tuple[DecisionSteps, TerminalSteps]:
-    """``env.get_steps(behavior_name)``, normalised by :func:`normalize_steps`.
+class StepReader:
+    """Reads one behavior's ``(DecisionSteps, TerminalSteps)`` from any ``BaseEnv`` in array form.
 
-    :param env: any ``BaseEnv``.
-    :param behavior_name: the behavior to read.
-    :param spec: that behavior's ``BehaviorSpec`` (observation shapes, discrete branches).
+    :param behavior_name: the behavior (also named in error messages).
+    :param spec: its ``BehaviorSpec`` (observation shapes, discrete branches).
     """
-    decisions, terminals = env.get_steps(behavior_name)
-    return normalize_steps(decisions, terminals, spec, behavior_name)
+
+    __slots__ = ("_branches", "_empty", "_tails", "behavior_name", "spec")
+
+    def __init__(self, behavior_name: str, spec: BehaviorSpec) -> None:
+        self.behavior_name = behavior_name
+        self.spec = spec
+        self._tails = tuple(tuple(int(d) for d in s.shape) for s in spec.observation_specs)
+        self._branches = tuple(int(b) for b in spec.action_spec.discrete_branches)
+        self._empty = (DecisionSteps.empty(spec), TerminalSteps.empty(spec))
+
+    def read(self, env: BaseEnv) -> tuple[DecisionSteps, TerminalSteps]:
+        """``env.get_steps(behavior_name)``, normalised."""
+        decisions, terminals = env.get_steps(self.behavior_name)
+        return self.normalize(decisions, terminals)
+
+    def normalize(
+        self, decisions: DecisionSteps, terminals: TerminalSteps
+    ) -> tuple[DecisionSteps, TerminalSteps]:
+        """Both batches of one ``get_steps`` call in array form (see the module docstring)."""
+        return self.decisions(decisions), self.terminals(terminals)
+
+    def decisions(self, steps: DecisionSteps) -> DecisionSteps:
+        """One ``DecisionSteps`` in array form; the same object when it already is."""
+        ids = steps.agent_id
+        if _no_agents(ids):
+            return self._empty[0]
+        if self._clean(steps, None):
+            group_id = steps.group_id
+            if type(group_id) is _ndarray and group_id.dtype.kind in "iu" and group_id.shape == ids.shape:
+                return steps
+            where = self._where("DecisionSteps")
+            return DecisionSteps(
+                steps.obs,
+                steps.reward,
+                ids,
+                steps.action_mask,
+                _ints(group_id, len(ids), "group_id", where),
+                steps.group_reward,
+            )
+        where = self._where("DecisionSteps")
+        ids = _ints(ids, None, "agent_id", where)
+        n = len(ids)
+        return DecisionSteps(
+            self._observations(steps.obs, n, where),
+            _floats(steps.reward, n, "reward", where),
+            ids,
+            self._masks(steps.action_mask, n, where),
+            _ints(steps.group_id, n, "group_id", where),
+            _floats(steps.group_reward, n, "group_reward", where),
+        )
+
+    def terminals(self, steps: TerminalSteps) -> TerminalSteps:
+        """One ``TerminalSteps`` in array form; the same object when it already is."""
+        ids = steps.agent_id
+        if _no_agents(ids):
+            return self._empty[1]
+        if self._clean(steps, steps.interrupted):
+            group_id = steps.group_id
+            if type(group_id) is _ndarray and group_id.dtype.kind in "iu" and group_id.shape == ids.shape:
+                return steps
+            where = self._where("TerminalSteps")
+            return TerminalSteps(
+                steps.obs,
+                steps.reward,
+                steps.interrupted,
+                ids,
+                _ints(group_id, len(ids), "group_id", where),
+                steps.group_reward,
+            )
+        where = self._where("TerminalSteps")
+        ids = _ints(ids, None, "agent_id", where)
+        n = len(ids)
+        return TerminalSteps(
+            self._observations(steps.obs, n, where),
+            _floats(steps.reward, n, "reward", where),
+            _bools(steps.interrupted, n, "interrupted", where),
+            ids,
+            _ints(steps.group_id, n, "group_id", where),
+            _floats(steps.group_reward, n, "group_reward", where),
+        )
+
+    # ------------------------------------------------------------------ the fast path
+    def _clean(self, steps: DecisionSteps | TerminalSteps, interrupted: Any) -> bool:
+        """Whether every field but ``group_id`` is in array form (``interrupted`` is ``None`` for decisions)."""
+        try:  # a list or tuple has no dtype or shape: AttributeError
+            ids = steps.agent_id
+            n = ids.shape
+            if (
+                len(n) != 1
+                or ids.dtype.kind not in "iu"
+                or steps.reward.dtype is not _FLOAT32
+                or steps.group_reward.dtype is not _FLOAT32
+                or steps.reward.shape != n
+                or steps.group_reward.shape != n
+            ):
+                return False
+            if interrupted is None:
+                mask = steps.action_mask
+                if mask is not None:
+                    if type(mask) is not list or len(mask) != len(self._branches):
+                        return False
+                    for m, b in zip(mask, self._branches):
+                        if m.dtype is not _BOOL or m.shape != (n[0], b):
+                            return False
+            elif interrupted.dtype is not _BOOL or interrupted.shape != n:
+                return False
+            obs = steps.obs
+            if type(obs) is not list or len(obs) != len(self._tails):
+                return False
+            for o, tail in zip(obs, self._tails):
+                if type(o) is not _ndarray or o.shape != n + tail or o.dtype.kind not in "fu":
+                    return False
+        except AttributeError:
+            return False
+        return True
+
+    # ------------------------------------------------------------------ conversions
+    def _where(self, kind: str) -> str:
+        return f"{kind} of {self.behavior_name!r}" if self.behavior_name else kind
+
+    def _observations(self, obs: Any, n: int, where: str) -> list[np.ndarray]:
+        tails = self._tails
+        if obs is None or (n == 0 and len(obs) == 0):  # nobody asks: some envs send no arrays at all
+            return [np.zeros((0, *t), dtype=np.float32) for t in tails]
+        if len(obs) != len(tails):
+            raise UnityConfigurationError(
+                f"{where}: {len(obs)} observation arrays for {len(tails)} observation specs {list(tails)}; "
+                "the BaseEnv must give one batch per spec"
+            )
+        out = []
+        for i, (o, tail) in enumerate(zip(obs, tails)):
+            if type(o) is _ndarray and o.dtype.kind in "fu":
+                arr = o
+            else:
+                arr = _array(o, np.float32, f"observation {i}", where)
+            shape = (n, *tail)
+            if arr.shape != shape:
+                if arr.size != int(np.prod(shape)):
+                    raise UnityConfigurationError(
+                        f"{where}: observation {i} has shape {arr.shape}, expected {shape} "
+                        f"({n} agents x spec shape {tail})"
+                    )
+                arr = arr.reshape(shape)
+            out.append(arr)
+        return out
+
+    def _masks(self, mask: Any, n: int, where: str) -> list[np.ndarray] | None:
+        """Per-branch ``(n, branch)`` bool masks, True = NOT allowed; ``None`` stays ``None``.
+
+        Accepts one array per branch, or the branches side by side in fewer arrays (ML-Agents'
+        ``MultiAgentEnvironment`` sends one ``(n, sum(branches))`` array).
+        """
+        branches = self._branches
+        if mask is None or not branches:
+            return None
+        parts = [mask] if type(mask) is _ndarray else list(mask)
+        if not parts:
+            return None
+        if n == 0:
+            return [np.zeros((0, b), dtype=bool) for b in branches]
+        flat = []
+        for part in parts:
+            arr = _array(part, bool, "action_mask", where)
+            if arr.size % n:
+                raise UnityConfigurationError(
+                    f"{where}: an action_mask array has shape {arr.shape}, which does not split into {n} agents"
+                )
+            flat.append(arr.reshape(n, -1))
+        width = sum(a.shape[1] for a in flat)
+        if width != sum(branches):
+            raise UnityConfigurationError(
+                f"{where}: action_mask covers {width} actions per agent, but the discrete branches "
+                f"{branches} have {sum(branches)}; give one (n_agents, branch_size) bool array per branch"
+            )
+        if len(flat) == len(branches) and all(a.shape[1] == b for a, b in zip(flat, branches)):
+            return flat
+        return np.split(np.concatenate(flat, axis=1), np.cumsum(branches)[:-1], axis=1)
 
 
 def normalize_steps(
     decisions: DecisionSteps, terminals: TerminalSteps, spec: BehaviorSpec, behavior_name: str = ""
 ) -> tuple[DecisionSteps, TerminalSteps]:
-    """Both batches of one ``get_steps`` call in the wrappers' array form (see the module docstring).
+    """Both batches of one ``get_steps`` call in array form, by a one-off :class:`StepReader`.
 
     :param decisions: the ``DecisionSteps`` as the ``BaseEnv`` built it.
     :param terminals: the ``TerminalSteps`` as the ``BaseEnv`` built it.
     :param spec: the behavior's ``BehaviorSpec``.
     :param behavior_name: used in error messages only.
-    :return: ``(decisions, terminals)``; each is the input object itself when it needed no change.
+    :return: ``(decisions, terminals)``, each the input object itself when it needed no change.
     """
-    return normalize_decisions(decisions, spec, behavior_name), normalize_terminals(
-        terminals, spec, behavior_name
-    )
+    return StepReader(behavior_name, spec).normalize(decisions, terminals)
 
 
-def normalize_decisions(steps: DecisionSteps, spec: BehaviorSpec, behavior_name: str = "") -> DecisionSteps:
-    """One ``DecisionSteps`` in array form; the same object when it already is."""
-    agent_id = steps.agent_id
-    reward = steps.reward
-    group_id = steps.group_id
-    group_reward = steps.group_reward
-    mask = steps.action_mask
-    if (
-        type(agent_id) is _ndarray
-        and agent_id.dtype.kind in "iu"
-        and agent_id.ndim == 1
-        and type(reward) is _ndarray
-        and reward.dtype == _FLOAT32
-        and type(group_id) is _ndarray
-        and group_id.dtype.kind in "iu"
-        and type(group_reward) is _ndarray
-        and group_reward.dtype == _FLOAT32
-        and _obs_ok(steps.obs, len(agent_id), spec)
-        and _mask_ok(mask, len(agent_id), spec)
-        and len(reward) == len(group_id) == len(group_reward) == len(agent_id)
-    ):
-        return steps
-    where = f"DecisionSteps of {behavior_name!r}" if behavior_name else "DecisionSteps"
-    ids = _ints(agent_id, None, "agent_id", where)
-    n = len(ids)
-    return DecisionSteps(
-        _observations(steps.obs, n, spec, where),
-        _floats(reward, n, "reward", where),
-        ids,
-        _masks(mask, n, spec, where),
-        _ints(group_id, n, "group_id", where),
-        _floats(group_reward, n, "group_reward", where),
-    )
-
-
-def normalize_terminals(steps: TerminalSteps, spec: BehaviorSpec, behavior_name: str = "") -> TerminalSteps:
-    """One ``TerminalSteps`` in array form; the same object when it already is."""
-    agent_id = steps.agent_id
-    reward = steps.reward
-    interrupted = steps.interrupted
-    group_id = steps.group_id
-    group_reward = steps.group_reward
-    if (
-        type(agent_id) is _ndarray
-        and agent_id.dtype.kind in "iu"
-        and agent_id.ndim == 1
-        and type(reward) is _ndarray
-        and reward.dtype == _FLOAT32
-        and type(interrupted) is _ndarray
-        and interrupted.dtype == _BOOL
-        and type(group_id) is _ndarray
-        and group_id.dtype.kind in "iu"
-        and type(group_reward) is _ndarray
-        and group_reward.dtype == _FLOAT32
-        and _obs_ok(steps.obs, len(agent_id), spec)
-        and len(reward) == len(interrupted) == len(group_id) == len(group_reward) == len(agent_id)
-    ):
-        return steps
-    where = f"TerminalSteps of {behavior_name!r}" if behavior_name else "TerminalSteps"
-    ids = _ints(agent_id, None, "agent_id", where)
-    n = len(ids)
-    return TerminalSteps(
-        _observations(steps.obs, n, spec, where),
-        _floats(reward, n, "reward", where),
-        _bools(interrupted, n, "interrupted", where),
-        ids,
-        _ints(group_id, n, "group_id", where),
-        _floats(group_reward, n, "group_reward", where),
-    )
-
-
-# ---------------------------------------------------------------------- checks (the fast path)
-def _obs_ok(obs: Any, n: int, spec: BehaviorSpec) -> bool:
-    specs = spec.observation_specs
-    if type(obs) is not list or len(obs) != len(specs):
+# ---------------------------------------------------------------------- field conversions
+def _no_agents(ids: Any) -> bool:
+    try:
+        return len(ids) == 0
+    except TypeError:  # None, or a scalar: the conversion explains what is wrong
         return False
-    for o, s in zip(obs, specs):
-        if type(o) is not _ndarray or o.dtype.kind not in "fu" or o.shape != (n, *s.shape):
-            return False
-    return True
 
 
-def _mask_ok(mask: Any, n: int, spec: BehaviorSpec) -> bool:
-    if mask is None:
-        return True
-    branches = spec.action_spec.discrete_branches
-    if type(mask) is not list or len(mask) != len(branches):
-        return False
-    for m, b in zip(mask, branches):
-        if type(m) is not _ndarray or m.dtype != _BOOL or m.shape != (n, b):
-            return False
-    return True
-
-
-# ---------------------------------------------------------------------- conversions
 def _array(value: Any, dtype: Any, name: str, where: str) -> np.ndarray:
     if value is None:
         raise UnityConfigurationError(f"{where}: {name} is None; the BaseEnv must give one value per agent")
     try:
         return np.asarray(value, dtype=dtype)
     except (TypeError, ValueError) as error:
+        kind = "numeric" if dtype is None else np.dtype(dtype).name
         raise UnityConfigurationError(
-            f"{where}: cannot read {name} ({type(value).__name__}) as {np.dtype(dtype).name} values: {error}"
+            f"{where}: cannot read {name} ({type(value).__name__}) as {kind} values: {error}"
         ) from None
 
 
@@ -193,14 +278,12 @@ def _ints(value: Any, n: int | None, name: str, where: str) -> np.ndarray:
     if type(value) is _ndarray and value.dtype.kind in "iu":
         return _check_length(value, n, name, where)
     arr = _array(value, None, name, where)
-    if arr.size == 0:
-        return _check_length(arr.astype(np.int64), n, name, where)
-    if arr.dtype.kind == "f":
+    if arr.size and arr.dtype.kind == "f":
         if not np.all(np.isfinite(arr)) or np.any(arr != np.round(arr)):
             raise UnityConfigurationError(f"{where}: {name} must hold whole numbers, got {arr.ravel()[:4]}")
-    elif arr.dtype.kind not in "iub":
+    elif arr.size and arr.dtype.kind not in "iub":
         raise UnityConfigurationError(f"{where}: {name} must hold integers, got dtype {arr.dtype}")
-    return _check_length(arr.astype(np.int64), n, name, where)
+    return _check_length(arr.astype(np.int64, copy=False), n, name, where)
 
 
 def _floats(value: Any, n: int, name: str, where: str) -> np.ndarray:
@@ -215,64 +298,3 @@ def _bools(value: Any, n: int, name: str, where: str) -> np.ndarray:
     if type(value) is _ndarray and value.dtype == _BOOL:
         return _check_length(value, n, name, where)
     return _check_length(_array(value, bool, name, where), n, name, where)
-
-
-def _observations(obs: Any, n: int, spec: BehaviorSpec, where: str) -> list[np.ndarray]:
-    specs = spec.observation_specs
-    if obs is None or (n == 0 and len(obs) == 0):  # nobody asks: some envs send no arrays at all
-        return [np.zeros((0, *s.shape), dtype=np.float32) for s in specs]
-    if len(obs) != len(specs):
-        raise UnityConfigurationError(
-            f"{where}: {len(obs)} observation arrays for {len(specs)} observation specs "
-            f"{[tuple(s.shape) for s in specs]}; the BaseEnv must give one batch per spec"
-        )
-    out = []
-    for i, (o, s) in enumerate(zip(obs, specs)):
-        if type(o) is _ndarray and o.dtype.kind in "fu":
-            arr = o
-        else:
-            arr = _array(o, np.float32, f"observation {i}", where)
-        shape = (n, *s.shape)
-        if arr.shape != shape:
-            if arr.size != int(np.prod(shape)):
-                raise UnityConfigurationError(
-                    f"{where}: observation {i} has shape {arr.shape}, expected {shape} "
-                    f"({n} agents x spec shape {tuple(s.shape)})"
-                )
-            arr = arr.reshape(shape)
-        out.append(arr)
-    return out
-
-
-def _masks(mask: Any, n: int, spec: BehaviorSpec, where: str) -> list[np.ndarray] | None:
-    """Per-branch ``(n, branch)`` bool masks, True = NOT allowed; ``None`` stays ``None``.
-
-    Accepts one array per branch, or the branches side by side in fewer arrays (ML-Agents'
-    ``MultiAgentEnvironment`` sends one ``(n, sum(branches))`` array).
-    """
-    branches = tuple(int(b) for b in spec.action_spec.discrete_branches)
-    if mask is None or not branches:
-        return None
-    parts: Sequence[Any] = [mask] if type(mask) is _ndarray else mask
-    if len(parts) == 0:
-        return None
-    if n == 0:
-        return [np.zeros((0, b), dtype=bool) for b in branches]
-    flat = []
-    for part in parts:
-        arr = _array(part, bool, "action_mask", where)
-        if arr.size % n:
-            raise UnityConfigurationError(
-                f"{where}: an action_mask array has shape {arr.shape}, which does not split into {n} agents"
-            )
-        flat.append(arr.reshape(n, -1))
-    width = sum(a.shape[1] for a in flat)
-    if width != sum(branches):
-        raise UnityConfigurationError(
-            f"{where}: action_mask covers {width} actions per agent, but the discrete branches "
-            f"{branches} have {sum(branches)}; give one (n_agents, branch_size) bool array per branch"
-        )
-    if len(flat) == len(branches) and all(a.shape[1] == b for a, b in zip(flat, branches)):
-        return flat
-    joined = np.concatenate(flat, axis=1)
-    return np.split(joined, np.cumsum(branches)[:-1], axis=1)

@@ -41,7 +41,7 @@ from mlagents_envs.base_env import ActionTuple, BaseEnv, BehaviorSpec, DecisionS
 import unity_sb3.unity  # noqa: F401  (protobuf compat before mlagents_envs)
 from unity_sb3.spaces import BehaviorSpaces, HybridMode, VisualMode, is_visual
 from unity_sb3.unity.errors import UnityConfigurationError
-from unity_sb3.wrappers._steps import read_steps
+from unity_sb3.wrappers._steps import StepReader
 
 OtherAgents = Literal["zeros", "random"] | Callable[[str, DecisionSteps], ActionTuple]
 
@@ -276,8 +276,8 @@ class UnityGymEnv(gym.Env):
         self._closed = False
         try:
             self.behavior_name = resolve_behavior(self._env, behavior_name)
-            self._all_specs = dict(self._env.behavior_specs)
-            self._behaviors = list(self._all_specs)
+            self._readers = {b: StepReader(b, spec) for b, spec in self._env.behavior_specs.items()}
+            self._behaviors = list(self._readers)
             self._spec: BehaviorSpec = self._env.behavior_specs[self.behavior_name]
             self.spaces = BehaviorSpaces(self._spec, visual=visual, flatten=flatten_obs, hybrid=hybrid)
             self.observation_space = self.spaces.observation_space
@@ -322,7 +322,7 @@ class UnityGymEnv(gym.Env):
     # ------------------------------------------------------------------ Unity plumbing
     def _read_steps(self) -> None:
         """Every behavior's steps, normalised to arrays (any ``BaseEnv``, DESIGN 4.2)."""
-        self._steps = {b: read_steps(self._env, b, self._all_specs[b]) for b in self._behaviors}
+        self._steps = {b: self._readers[b].read(self._env) for b in self._behaviors}
 
     def _decisions(self) -> DecisionSteps:
         return self._steps[self.behavior_name][0]

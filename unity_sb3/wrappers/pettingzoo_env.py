@@ -62,7 +62,7 @@ from pettingzoo.utils.conversions import parallel_to_aec_wrapper
 import unity_sb3.unity  # noqa: F401  (protobuf compat before mlagents_envs)
 from unity_sb3.spaces import BehaviorSpaces, HybridMode, VisualMode
 from unity_sb3.unity.errors import UnityConfigurationError
-from unity_sb3.wrappers._steps import read_steps
+from unity_sb3.wrappers._steps import StepReader
 from unity_sb3.wrappers.gym_env import (
     DEFAULT_MAX_WAIT_STEPS,
     _batch_of_one,
@@ -179,7 +179,7 @@ class UnityParallelEnv(ParallelEnv):
             raise UnityConfigurationError("the Unity scene declares no behaviors to expose")
         self.behavior_names: list[str] = chosen
         self._all_behaviors = all_names
-        self._all_specs = dict(self._env.behavior_specs)
+        self._readers = {b: StepReader(b, spec) for b, spec in self._env.behavior_specs.items()}
         self.render_mode = render_mode
         self._spaces: dict[str, BehaviorSpaces] = {}
         self._obs_spaces: dict[str, spaces.Space] = {}
@@ -261,7 +261,7 @@ class UnityParallelEnv(ParallelEnv):
     # ------------------------------------------------------------------ Unity plumbing
     def _read_steps(self) -> None:
         """Every behavior's steps, normalised to arrays (any ``BaseEnv``, DESIGN 4.2)."""
-        self._steps = {b: read_steps(self._env, b, self._all_specs[b]) for b in self._all_behaviors}
+        self._steps = {b: self._readers[b].read(self._env) for b in self._all_behaviors}
 
     def _hard_reset(self) -> None:
         self._env.reset()

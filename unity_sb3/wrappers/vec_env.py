@@ -53,7 +53,7 @@ from unity_sb3.spaces import BehaviorSpaces, HybridMode, VisualMode, is_visual
 from unity_sb3.unity import compat as _compat  # noqa: F401  (before mlagents_envs)
 from unity_sb3.unity.errors import UnityConfigurationError, UnityProcessError
 from unity_sb3.wrappers._slots import assign_free_slots, match_ids, unassigned_rows
-from unity_sb3.wrappers._steps import read_steps
+from unity_sb3.wrappers._steps import StepReader, normalize_steps
 
 from mlagents_envs.base_env import ActionTuple, BaseEnv, DecisionSteps, TerminalSteps  # isort: skip
 from mlagents_envs.exception import UnityActionException, UnityException, UnityTimeOutException  # isort: skip
@@ -268,6 +268,7 @@ class UnityVecEnv(VecEnv):
                         "must run the same scene"
                     )
             self.behavior_spec = spec
+            self._reader = StepReader(self.behavior_name, spec)
             self.spaces = BehaviorSpaces(spec, visual=visual, flatten=flatten_obs, hybrid=hybrid)
             self._visual_index = next((i for i, s in enumerate(self.spaces.obs_specs) if is_visual(s)), None)
             self._render_mode = "rgb_array" if self._visual_index is not None else None
@@ -424,11 +425,12 @@ class UnityVecEnv(VecEnv):
             if name == self.behavior_name:
                 continue
             try:
-                dec, _ = read_steps(inst.env, name, inst.env.behavior_specs[name])
+                dec, term = inst.env.get_steps(name)
             except KeyError:  # a behavior registered but without agents yet
                 continue
             if len(dec) == 0:
                 continue
+            dec, _ = normalize_steps(dec, term, inst.env.behavior_specs[name], name)
             action = self.other_behaviors(name, dec) if self.other_behaviors is not None else None
             if action is None:
                 action = inst.env.behavior_specs[name].action_spec.empty_action(len(dec))
@@ -442,7 +444,7 @@ class UnityVecEnv(VecEnv):
 
     def _get_steps(self, inst: _Instance) -> tuple[DecisionSteps, TerminalSteps]:
         """This behavior's steps of ``inst``, normalised to arrays (any ``BaseEnv``, DESIGN 4.2)."""
-        return read_steps(inst.env, self.behavior_name, self.behavior_spec)
+        return self._reader.read(inst.env)
 
     def _wait_for_request(self, inst: _Instance, ready: Callable[[DecisionSteps], bool]) -> DecisionSteps:
         dec, _ = self._get_steps(inst)
@@ -607,10 +609,10 @@ class UnityVecEnv(VecEnv):
         done = np.zeros(n, bool)
         truncated = np.zeros(n, bool)
         terminal_obs: dict[int, Any] = {}
-        env, behavior, spec = inst.env, self.behavior_name, self.behavior_spec
+        env, read = inst.env, self._reader.read
         for _ in range(self.max_idle_steps):
             env.step()
-            dec, term = read_steps(env, behavior, spec)
+            dec, term = read(env)
             if len(term):
                 self._absorb_terminal(inst, term, reward, group_reward, done, truncated, terminal_obs)
             inst.dec = dec
@@ -621,7 +623,7 @@ class UnityVecEnv(VecEnv):
                 rows = inst.rows
                 reward += dec.reward[rows]
                 group_reward += dec.group_reward[rows]
-                inst.group_id[:] = np.asarray(dec.group_id)[rows]
+                inst.group_id[:] = dec.group_id[rows]
                 converted = self.spaces.observations(dec.obs)
                 if inst.identity:
                     _put_slice(self._obs_buf, inst.slots, converted, n)
@@ -639,7 +641,7 @@ class UnityVecEnv(VecEnv):
             if found.any():
                 reward[found] += dec.reward[rows[found]]
                 group_reward[found] += dec.group_reward[rows[found]]
-                inst.group_id[found] = np.asarray(dec.group_id)[rows[found]]
+                inst.group_id[found] = dec.group_id[rows[found]]
             self._bind(inst, dec, rows)
             if inst.all_bound and (inst.rows >= 0).all():
                 inst.steady_ids = np.array(ids, copy=True)
@@ -681,7 +683,7 @@ class UnityVecEnv(VecEnv):
             del slot_of[int(inst.agent[slot])]
         reward[ended] += term.reward[term_rows]
         group_reward[ended] += term.group_reward[term_rows]
-        inst.group_id[ended] = np.asarray(term.group_id)[term_rows]
+        inst.group_id[ended] = term.group_id[term_rows]
         done[ended] = True
         truncated[ended] = term.interrupted[term_rows]
         converted = self.spaces.observations(term.obs)
