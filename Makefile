@@ -8,7 +8,7 @@ PYTEST_ARGS ?=
 
 .PHONY: install train test test-slow lint bench clean
 
-$(STAMP): setup.cfg pyproject.toml constraints.txt
+$(STAMP): setup.py setup.cfg pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip setuptools wheel
 	$(BIN)/python -m pip install -q -c constraints.txt -e ".[dev]"

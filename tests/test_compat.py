@@ -321,3 +321,147 @@ def test_rpc_communicator_close_has_a_grace_period() -> None:
     from mlagents_envs.rpc_communicator import RpcCommunicator
 
     assert RpcCommunicator._unity_sb3_patched and compat.CLOSE_GRACE_S > 0
+
+
+# ------------------------------------------------- mlagents_envs first: the start-up import hook
+# Scripts written for ML-Agents import mlagents_envs first and never import unity_sb3. The
+# `unity_sb3_mlagents.pth` file that installing unity_sb3 puts into site-packages registers
+# `_unity_sb3_hook.MlagentsEnvsFinder`, which runs the compat layer on the first import of
+# mlagents_envs. These checks run in fresh interpreters started outside the checkout (so only the
+# installed package is importable), as a user's script would be.
+
+ROOT = Path(__file__).resolve().parent.parent
+
+MLAGENTS_FIRST = textwrap.dedent(
+    r"""
+    import json, sys
+    {first}
+    assert "unity_sb3" not in sys.modules, "the start-up hook must not import unity_sb3"
+    assert "google.protobuf" not in sys.modules or {first!r}, "the start-up hook must not import protobuf"
+    from mlagents_envs.base_env import ActionTuple
+    from mlagents_envs.environment import UnityEnvironment
+    import numpy as np
+
+    env = UnityEnvironment(file_name=sys.argv[1], worker_id=0, base_port=int(sys.argv[2]), seed=3,
+                           no_graphics=True, timeout_wait=60, log_folder=sys.argv[3])
+    try:
+        env.reset()
+        name = next(iter(env.behavior_specs))
+        spec = env.behavior_specs[name]
+        counts = []
+        for _ in range(3):
+            decision, terminal = env.get_steps(name)
+            counts.append(len(decision) + len(terminal))
+            env.set_actions(name, spec.action_spec.random_action(len(decision)))
+            env.step()
+    finally:
+        env.close()
+    print("RESULT" + json.dumps({{"behavior": name, "agents": counts,
+                                  "obs": [list(s.shape) for s in spec.observation_specs]}}))
+    """
+)
+
+
+def _run_fresh(
+    code: str, *args: str, cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    """Run ``code`` in a fresh interpreter in ``cwd`` (no PYTHONPATH unless ``env`` sets one)."""
+    environ = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    environ.update({"OMP_NUM_THREADS": "1", **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, env=environ, timeout=300, cwd=cwd
+    )
+
+
+@pytest.mark.player
+@pytest.mark.parametrize("first", ["", "import stable_baselines3"], ids=["mlagents_only", "sb3_first"])
+def test_mlagents_script_without_unity_sb3_talks_to_the_player(tmp_path: Path, first: str) -> None:
+    from ports import free_base_port
+
+    from unity_sb3.unity.player import write_launcher
+
+    launcher = write_launcher("Ball3D", tmp_path / "build")
+    script = MLAGENTS_FIRST.format(first=first)
+    proc = _run_fresh(script, str(launcher), str(free_base_port(4)), str(tmp_path), cwd=tmp_path)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT")]
+    assert proc.returncode == 0 and lines, f"script failed:\n{proc.stdout}\n{proc.stderr}"
+    result = json.loads(lines[-1][len("RESULT") :])
+    assert result["behavior"].startswith("3DBall")
+    assert result["obs"] == [[8]]
+    assert all(count == 12 for count in result["agents"]), result
+
+
+def test_startup_hook_is_installed_and_cheap() -> None:
+    import _unity_sb3_hook
+
+    assert _unity_sb3_hook.MlagentsEnvsFinder in sys.meta_path
+    proc = _run_fresh(
+        "import sys, _unity_sb3_hook as h; print(h.MlagentsEnvsFinder in sys.meta_path, "
+        "any(m in sys.modules for m in ('unity_sb3', 'google.protobuf', 'numpy', 'mlagents_envs')))",
+        cwd=ROOT.parent,
+    )
+    assert proc.stdout.split() == ["True", "False"], proc.stderr
+
+
+def test_startup_hook_leaves_protobuf_3_alone(tmp_path: Path) -> None:
+    # protobuf 3 imports the generated modules as they are: the hook must not load unity_sb3
+    code = (
+        "import sys, google.protobuf; google.protobuf.__version__ = '3.20.3'\n"
+        "import mlagents_envs\n"
+        "print('compat' if 'unity_sb3.unity.compat' in sys.modules else 'untouched')"
+    )
+    proc = _run_fresh(code, cwd=tmp_path)
+    assert proc.stdout.split() == ["untouched"], proc.stderr
+
+
+def test_startup_hook_failure_warns_and_lets_mlagents_import(tmp_path: Path) -> None:
+    code = (
+        "import sys, warnings\n"
+        "sys.modules['unity_sb3'] = None  # unity_sb3 cannot be imported\n"
+        "with warnings.catch_warnings(record=True) as caught:\n"
+        "    warnings.simplefilter('always')\n"
+        "    import mlagents_envs\n"
+        "print(mlagents_envs.__version__, '|', ' '.join(str(w.message) for w in caught))"
+    )
+    proc = _run_fresh(code, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    version, _, message = proc.stdout.partition("|")
+    assert version.strip() == "0.28.0"
+    assert "could not prepare mlagents_envs" in message and "import unity_sb3" in message
+
+
+def test_broken_hook_module_does_not_break_python_startup(tmp_path: Path) -> None:
+    # a module of that name that raises (half-deleted install) must leave start-up silent
+    (tmp_path / "_unity_sb3_hook.py").write_text("raise RuntimeError('broken')\n")
+    proc = _run_fresh("print('started')", cwd=tmp_path, env={"PYTHONPATH": str(tmp_path)})
+    assert proc.returncode == 0 and proc.stdout.split() == ["started"]
+    assert proc.stderr == ""
+
+
+@pytest.mark.parametrize("kind", ["wheel", "editable"])
+def test_wheels_ship_the_startup_hook(tmp_path: Path, kind: str) -> None:
+    import shutil
+    import zipfile
+
+    source = tmp_path / "src"
+    source.mkdir()
+    for name in ("setup.py", "setup.cfg", "pyproject.toml", "README.md", "_unity_sb3_hook.py"):
+        shutil.copy2(ROOT / name, source / name)
+    shutil.copytree(ROOT / "unity_sb3", source / "unity_sb3", ignore=shutil.ignore_patterns("__pycache__"))
+    out = tmp_path / "dist"
+    hook = "build_editable" if kind == "editable" else "build_wheel"
+    proc = _run_fresh(
+        f"from setuptools import build_meta; print('WHEEL', build_meta.{hook}({str(out)!r}))", cwd=source
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    wheel = out / proc.stdout.splitlines()[-1].removeprefix("WHEEL ")
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        pth = archive.read("unity_sb3_mlagents.pth").decode()
+        finders = [archive.read(n).decode() for n in names if n.endswith("_finder.py")]
+    assert "unity_sb3_mlagents.pth" in names  # at the root: installs into site-packages itself
+    assert pth.startswith("import ") and "_unity_sb3_hook" in pth and pth.count("\n") == 1
+    if kind == "wheel":
+        assert "_unity_sb3_hook.py" in names
+    else:  # the editable finder maps the top-level hook module to the checkout
+        assert len(finders) == 1 and "'_unity_sb3_hook'" in finders[0]

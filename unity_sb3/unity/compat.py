@@ -20,7 +20,9 @@ observations channel-first (``[C, H, W]``). :func:`patch_visual_decoding` makes
 
 Every module of ``unity_sb3`` that imports ``mlagents_envs`` imports this module first (the
 package ``__init__`` does it too), so there is no import-order trap: it works even when
-``stable_baselines3`` or ``tensorboard`` imported protobuf earlier.
+``stable_baselines3`` or ``tensorboard`` imported protobuf earlier. Code that imports
+``mlagents_envs`` first (or never imports ``unity_sb3``) gets this module from the start-up hook
+``_unity_sb3_hook`` installed with the package, right after ``mlagents_envs/__init__`` ran.
 """
 
 from __future__ import annotations
