@@ -317,43 +317,57 @@ def test_gail_discriminator_separates_expert_from_random(use_actions, use_vail):
 
 
 def test_gail_expert_data_from_arrays_dicts_and_demonstrations():
+    from mlagents_envs.base_env import (
+        ActionSpec,
+        BehaviorSpec,
+        DimensionProperty,
+        ObservationSpec,
+        ObservationType,
+    )
+
+    from unity_sb3.unity.demo_dataset import Demonstration
+
     obs_space, act_space = spaces.Box(-1, 1, (4,), np.float32), spaces.Discrete(3)
     obs, acts = np.zeros((5, 4), np.float32), np.array([0, 1, 2, 1, 0])
     for data in [(obs, acts), {"observations": obs, "actions": acts, "dones": np.zeros(5)}]:
         expert = load_expert_data({"demonstrations": data}, obs_space, act_space)
         assert expert.n == 5 and expert.actions.shape == (5, 1)
+    expert = load_expert_data({"demonstrations": (obs, acts, [0, 0, 1, 0, 1])}, obs_space, act_space)
+    assert expert.dones.tolist() == [0, 0, 1, 0, 1]
 
-    class FakeTransitions:  # what unity_sb3.unity.demo's Demonstration.transitions() returns
-        def __init__(self):
-            self.obs = [np.ones((5, 4), np.float32)]  # Unity layout: one array per observation spec
-            self.acts = acts
-            self.dones = np.array([0, 0, 1, 0, 1], bool)
+    # two episodes (3 and 2 transitions); the second ends by interruption: still a done
+    spec = BehaviorSpec(
+        [ObservationSpec((4,), (DimensionProperty.NONE,), ObservationType.DEFAULT, "v")],
+        ActionSpec.create_discrete((3,)),
+    )
+    rows = np.arange(20, dtype=np.float32).reshape(5, 4) / 20
+    next_rows = np.concatenate([rows[1:], rows[:1] + 0.5])
+    truncated = [{}, {}, {}, {}, {"TimeLimit.truncated": True}]
+    demo = Demonstration.from_transitions(rows, acts, next_rows, [0, 0, 1, 0, 1], spec, infos=truncated)
+    expert = load_expert_data({"demonstrations": demo}, obs_space, act_space)
+    assert np.array_equal(expert.observations, rows) and expert.actions[:, 0].tolist() == acts.tolist()
+    assert expert.dones.tolist() == [0, 0, 1, 0, 1]
 
-    class FakeDemo:
-        def transitions(self):
-            return FakeTransitions()
 
-    expert = load_expert_data({"demonstrations": FakeDemo()}, obs_space, act_space)
-    assert expert.observations.shape == (5, 4) and expert.dones.tolist() == [0, 0, 1, 0, 1]
-
-
-def test_gail_demo_images_in_unity_layout_become_channel_first_uint8():
+def test_gail_unity_layout_arrays_without_a_unity_env_are_refused():
+    """One array per observation spec (Unity's layout) needs the behavior's spec to be converted."""
     obs_space = spaces.Box(0, 255, (3, 6, 5), np.uint8)
     hwc = np.full((2, 6, 5, 3), 0.5, np.float32)
-    expert = load_expert_data(
-        {"demonstrations": ([hwc], np.zeros((2, 2), np.float32))}, obs_space, spaces.Box(-1, 1, (2,))
-    )
-    assert expert.observations.shape == (2, 3, 6, 5) and expert.observations.dtype == np.uint8
-    assert int(expert.observations[0, 0, 0, 0]) == 128
+    with pytest.raises(RewardSignalConfigError, match="Unity's layout"):
+        load_expert_data(
+            {"demonstrations": ([hwc], np.zeros((2, 2), np.float32))}, obs_space, spaces.Box(-1, 1, (2,))
+        )
 
 
 def test_gail_rejects_mismatched_expert_data():
     with pytest.raises(RewardSignalConfigError, match="same non-zero number of rows"):
         ExpertData(np.zeros((3, 4)), np.zeros((2, 1)))
-    with pytest.raises(RewardSignalConfigError, match="observation space wants"):
+    with pytest.raises(RewardSignalConfigError, match="observation space needs"):
         load_expert_data(
             {"demonstrations": (np.zeros((3, 7)), np.zeros(3))}, spaces.Box(-1, 1, (4,)), spaces.Discrete(2)
         )
+    with pytest.raises(RewardSignalConfigError, match="got int"):
+        load_expert_data({"demonstrations": 42}, spaces.Box(-1, 1, (4,)), spaces.Discrete(2))
 
 
 def test_gail_loads_expert_data_lazily():

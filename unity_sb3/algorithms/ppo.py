@@ -358,7 +358,9 @@ class PPO(SavedComponentsMixin, SB3PPO):
         parsed = parse_reward_signals(config, default_gamma=self.gamma)
         if parsed is not None:
             self._heads = list(parsed)
-            self.signals = make_reward_signals(parsed, self.observation_space, self.action_space, self.device)
+            self.signals = make_reward_signals(
+                parsed, self.observation_space, self.action_space, self.device, model=self
+            )
             if len(self._heads) > 1:
                 widen_value_head(self.policy, len(self._heads))
             self._signal_settings = parsed

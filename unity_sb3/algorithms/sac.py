@@ -97,7 +97,9 @@ class SAC(SavedComponentsMixin, SB3SAC):
         if parsed is not None:
             self._signal_settings = parsed
             self._heads = list(parsed)
-            self.signals = make_reward_signals(parsed, self.observation_space, self.action_space, self.device)
+            self.signals = make_reward_signals(
+                parsed, self.observation_space, self.action_space, self.device, model=self
+            )
             n_heads = len(self._heads)
             if n_heads > 1:
                 widen_q_networks(self.critic, n_heads)

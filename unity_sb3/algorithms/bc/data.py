@@ -49,6 +49,8 @@ class BCData:
     :param end_observations: ``(n_trajectories, *obs_shape)`` the observation after each
         trajectory's last action (the bootstrap state), or None when unknown (then the last
         transition's own observation stands in).
+    :param dones: ``(M,)`` bool, the episode ended with this transition (terminal or interrupted;
+        GAIL's discriminator sees it with ``use_actions``), or None when unknown.
     """
 
     observations: Any
@@ -58,6 +60,7 @@ class BCData:
     trajectory: np.ndarray
     end_terminal: np.ndarray
     end_observations: Any = None
+    dones: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.actions)
@@ -85,6 +88,7 @@ class BCData:
             trajectory=new_traj.astype(np.int64),
             end_terminal=self.end_terminal[kept],
             end_observations=None if self.end_observations is None else take(self.end_observations, kept),
+            dones=None if self.dones is None else self.dones[indices],
         )
 
     def discounted_returns(self, gamma: float) -> tuple[np.ndarray, np.ndarray]:
@@ -257,6 +261,7 @@ def _from_demonstration(model: Any, demo: Demonstration) -> BCData:
         trajectory=trajectory.astype(np.int64),
         end_terminal=(t.dones & ~t.interrupted)[ends],
         end_observations=take(t.next_obs, ends),
+        dones=np.asarray(t.dones, dtype=bool),
     )
 
 
@@ -274,7 +279,7 @@ def _from_arrays(model: Any, arrays: Mapping[str, Any]) -> BCData:
         raise ValueError(
             f"demonstration arrays need 'observations' (or 'obs') and 'actions' (or 'acts'); got keys {sorted(arrays)}"
         )
-    obs = _check_obs(obs, model.observation_space, "observations")
+    obs = _check_obs(_per_spec_to_space(model, obs), model.observation_space, "observations")
     m = _obs_len(obs)
     acts = _check_actions(acts, model.action_space, m)
     dones = arrays.get("dones")
@@ -300,6 +305,7 @@ def _from_arrays(model: Any, arrays: Mapping[str, Any]) -> BCData:
     next_obs = _get(arrays, _NEXT_KEYS)
     end_obs = None
     if next_obs is not None:
+        next_obs = _per_spec_to_space(model, next_obs)
         end_obs = take(_check_obs(next_obs, model.observation_space, "next_observations"), ends)
     return BCData(
         observations=obs,
@@ -309,7 +315,35 @@ def _from_arrays(model: Any, arrays: Mapping[str, Any]) -> BCData:
         trajectory=trajectory.astype(np.int64),
         end_terminal=(dones & ~truncated)[ends],
         end_observations=end_obs,
+        dones=dones,
     )
+
+
+_PER_SPEC_HINT = (
+    " A list with one array per observation spec (Unity's layout) is converted only when the model's "
+    "env is a UnityVecEnv of that behavior (it knows the spec order and visual format); otherwise pass "
+    "a Demonstration or arrays in the observation space's layout."
+)
+
+
+def _per_spec_to_space(model: Any, obs: Any) -> Any:
+    """Observations in Unity's layout (a list with one ``(M, *spec.shape)`` array per observation
+    spec, in spec order) -> the model's space, with its ``UnityVecEnv``'s ``BehaviorSpaces``.
+
+    Anything else is returned as it is. Without a ``UnityVecEnv`` the spec order is unknown (a
+    ``Dict`` space's keys are sorted), so such a list is left for :func:`_check_obs` to refuse.
+    """
+    if not isinstance(obs, (list, tuple)):
+        return obs
+    env = _unity_vec_env(model)
+    if env is None or not _same_space(env.spaces.observation_space, model.observation_space):
+        return obs
+    specs = env.spaces.obs_specs
+    if len(obs) != len(specs) or any(
+        np.ndim(o) != len(s.shape) + 1 or np.shape(o)[1:] != tuple(s.shape) for o, s in zip(obs, specs)
+    ):
+        return obs
+    return env.spaces.observations([np.asarray(o, dtype=np.float32) for o in obs])
 
 
 def _check_obs(obs: Any, space: spaces.Space, name: str) -> Any:
@@ -317,7 +351,8 @@ def _check_obs(obs: Any, space: spaces.Space, name: str) -> Any:
         if not isinstance(obs, Mapping) or set(obs) != set(space.spaces):
             keys = sorted(obs) if isinstance(obs, Mapping) else type(obs).__name__
             raise ValueError(
-                f"{name} must be a dict with keys {sorted(space.spaces)} (the model's Dict space); got {keys}"
+                f"{name} must be a dict with keys {sorted(space.spaces)} (the model's Dict space); "
+                f"got {keys}.{_PER_SPEC_HINT if isinstance(obs, (list, tuple)) else ''}"
             )
         out = {k: _check_obs(obs[k], space[k], f"{name}[{k!r}]") for k in space.spaces}
         if len({len(v) for v in out.values()}) > 1:
@@ -327,7 +362,8 @@ def _check_obs(obs: Any, space: spaces.Space, name: str) -> Any:
     shape = tuple(space.shape)
     if array.shape[1:] != shape:
         raise ValueError(
-            f"{name} have shape {array.shape}; the model's observation space needs (N, *{shape})"
+            f"{name} have shape {array.shape}; the model's observation space needs (N, *{shape})."
+            f"{_PER_SPEC_HINT if isinstance(obs, (list, tuple)) else ''}"
         )
     return array.astype(space.dtype, copy=False)
 
@@ -335,7 +371,7 @@ def _check_obs(obs: Any, space: spaces.Space, name: str) -> Any:
 def _check_actions(acts: Any, space: spaces.Space, m: int | None = None) -> np.ndarray:
     if isinstance(space, (spaces.Dict, spaces.Tuple)):
         raise DemoSpecError(
-            f"behavioral cloning needs a Box, Discrete, MultiDiscrete or MultiBinary action space; the model has "
+            f"imitation (BC, GAIL) needs a Box, Discrete, MultiDiscrete or MultiBinary action space; the model has "
             f"{space}. For hybrid Unity actions use UnityVecEnv's default hybrid='box'."
         )
     array = np.asarray(acts)

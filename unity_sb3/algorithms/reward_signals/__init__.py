@@ -8,6 +8,8 @@ Each signal is a :class:`RewardSignal` (a torch Module with its own optimizer) w
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch as th
 from gymnasium import spaces
 from torch import nn
@@ -29,15 +31,20 @@ def make_reward_signals(
     observation_space: spaces.Space,
     action_space: spaces.Space,
     device: th.device | str = "auto",
+    model: Any = None,
 ) -> nn.ModuleDict:
     """Build the intrinsic signals of a parsed config (``extrinsic`` is not a module and is skipped).
 
     :param parsed: output of :func:`unity_sb3.algorithms.common.parse_reward_signals`.
+    :param model: the algorithm the signals belong to; GAIL converts its demonstrations for the
+        algorithm's env (as behavioral cloning does). ``None``: by the spaces alone.
     :return: ``{name: RewardSignal}`` in config order.
     """
     signals = nn.ModuleDict()
     for name, settings in parsed.items():
-        if name in SIGNAL_CLASSES:
+        if name == "gail":
+            signals[name] = GAILSignal(observation_space, action_space, settings, device, model=model)
+        elif name in SIGNAL_CLASSES:
             signals[name] = SIGNAL_CLASSES[name](observation_space, action_space, settings, device)
     return signals
 

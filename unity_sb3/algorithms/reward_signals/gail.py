@@ -7,14 +7,17 @@ of D at random interpolations of expert and policy inputs is pushed towards 1), 
 ``use_vail`` a 128-unit stochastic bottleneck whose KL to N(0, 1) is held near 0.5 by an
 adaptive multiplier beta. The action input (``use_actions``) also carries the done flag.
 
-Expert data come from ``demo_path`` (``.demo`` files read by :func:`unity_sb3.load_demo`) or from
-``demonstrations``: a ``Demonstration``, a tuple ``(observations, actions[, dones])`` or a dict
-with those keys, observations laid out as the algorithm's observation space gives them.
+Expert data come from ``demo_path`` (``.demo`` files) or from ``demonstrations``: a
+``Demonstration``, a tuple ``(observations, actions[, dones])`` or a dict with those keys,
+observations laid out as the algorithm's observation space gives them. They are converted by
+behavioral cloning's code (:func:`unity_sb3.algorithms.bc.data.bc_data`), so expert and policy
+batches share one layout whatever the env's ``visual``, ``flatten_obs`` and action options.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import os
+from types import SimpleNamespace
 from typing import Any, ClassVar
 
 import numpy as np
@@ -54,104 +57,52 @@ class ExpertData:
             )
 
 
-def _unity_obs_to_space(obs: Any, observation_space: spaces.Space) -> Any:
-    """Observations from a demo (a list of arrays in Unity layout, or already a batch) -> space layout."""
-    if isinstance(observation_space, spaces.Dict):
-        if isinstance(obs, Mapping):
-            return {k: _unity_obs_to_space(obs[k], observation_space[k]) for k in observation_space.spaces}
-        if isinstance(obs, (list, tuple)) and len(obs) == len(observation_space.spaces):
-            # Unity gives one array per observation spec, in spec order; the Dict keeps that order
-            return {k: _unity_obs_to_space(o, s) for (k, s), o in zip(observation_space.spaces.items(), obs)}
-        raise RewardSignalConfigError(
-            f"GAIL expert observations do not match the Dict observation space {observation_space}."
-        )
-    if isinstance(obs, (list, tuple)):
-        if len(obs) != 1:
-            arrays = [np.asarray(o).reshape(len(o), -1) for o in obs]
-            obs = np.concatenate(arrays, axis=1)  # flat vector layout (flatten_obs=True in the wrappers)
-        else:
-            obs = obs[0]
-    obs = np.asarray(obs)
-    shape = tuple(observation_space.shape or ())
-    if obs.shape[1:] == shape:
-        if observation_space.dtype == np.uint8 and obs.dtype != np.uint8:
-            obs = np.clip(np.rint(obs * 255.0), 0, 255).astype(np.uint8)
-        return obs
-    if len(shape) == 3 and obs.ndim == 4 and obs.shape[1:] == (shape[1], shape[2], shape[0]):
-        # Unity HWC floats in [0, 1] -> channel-first uint8 as the wrappers offer images
-        obs = np.transpose(obs, (0, 3, 1, 2))
-        if observation_space.dtype == np.uint8:
-            obs = np.clip(np.rint(obs * 255.0), 0, 255).astype(np.uint8)
-        return obs
-    if obs.ndim >= 2 and int(np.prod(obs.shape[1:])) == int(np.prod(shape)):
-        return obs.reshape(len(obs), *shape)
-    raise RewardSignalConfigError(
-        f"GAIL expert observations have shape {obs.shape[1:]} per row; the observation space wants {shape}. "
-        "Record the demo from the same scene/behavior, or pass arrays in the space's layout."
-    )
-
-
-def _demo_actions(demo_actions: Any, action_space: spaces.Space) -> np.ndarray:
-    actions = np.asarray(demo_actions)
-    if isinstance(action_space, spaces.Discrete):
-        return actions.reshape(len(actions), 1).astype(np.int64)
-    if isinstance(action_space, (spaces.MultiDiscrete, spaces.MultiBinary)):
-        return actions.reshape(len(actions), -1).astype(np.int64)
-    return actions.reshape(len(actions), -1).astype(np.float32)
-
-
-def _from_demonstration(demo: Any, observation_space: spaces.Space, action_space: spaces.Space) -> ExpertData:
-    transitions = demo.transitions()
-    if isinstance(transitions, tuple):
-        obs, acts = transitions[0], transitions[1]
-        dones = transitions[4] if len(transitions) > 4 else None
-    else:
-        obs = getattr(transitions, "obs", None)
-        if obs is None:
-            obs = transitions.observations
-        acts = getattr(transitions, "acts", None)
-        if acts is None:
-            acts = transitions.actions
-        dones = getattr(transitions, "dones", None)
-    if isinstance(acts, tuple):  # (continuous, discrete)
-        continuous, discrete = acts
-        acts = continuous if isinstance(action_space, spaces.Box) else discrete
-    return ExpertData(_unity_obs_to_space(obs, observation_space), _demo_actions(acts, action_space), dones)
-
-
 def load_expert_data(
-    settings: dict, observation_space: spaces.Space, action_space: spaces.Space
+    settings: dict, observation_space: spaces.Space, action_space: spaces.Space, model: Any = None
 ) -> ExpertData:
-    """Expert data for GAIL from ``settings["demonstrations"]`` or ``settings["demo_path"]``."""
+    """Expert data for GAIL from ``settings["demonstrations"]`` or ``settings["demo_path"]``.
+
+    The conversion is behavioral cloning's (:func:`unity_sb3.algorithms.bc.data.bc_data`), so GAIL's
+    expert batches are in exactly the layout the policy sees: a ``.demo`` file or a
+    ``Demonstration`` goes through the ``BehaviorSpaces`` of the model's ``UnityVecEnv`` (its
+    visual format, ``Dict`` keys and ``flatten_obs``), or, without one, through the
+    ``BehaviorSpaces`` options whose spaces equal ``observation_space`` and ``action_space``.
+
+    :param settings: the parsed ``gail`` settings.
+    :param observation_space: the algorithm's observation space.
+    :param action_space: the algorithm's action space.
+    :param model: the algorithm (its env tells the demo's layout), or ``None``.
+    :raises RewardSignalConfigError: the data do not fit the spaces.
+    """
+    from unity_sb3.algorithms.bc.data import bc_data  # lazy: the demo modules read protobuf files
+
     data = settings.get("demonstrations")
     if data is None:
-        from unity_sb3.unity.demo import load_demo  # lazy: the demo module reads protobuf files
-
-        data = load_demo(settings["demo_path"])
+        data = settings["demo_path"]
     if isinstance(data, ExpertData):
         return data
-    if hasattr(data, "transitions"):
-        return _from_demonstration(data, observation_space, action_space)
-    if isinstance(data, Mapping):
-        obs = data["observations"]
-        return ExpertData(
-            _unity_obs_to_space(obs, observation_space),
-            _demo_actions(data["actions"], action_space),
-            data.get("dones"),
-        )
-    if isinstance(data, (tuple, list)) and len(data) in (2, 3):
-        dones = data[2] if len(data) == 3 else None
-        return ExpertData(
-            _unity_obs_to_space(data[0], observation_space), _demo_actions(data[1], action_space), dones
-        )
-    raise RewardSignalConfigError(
-        "GAIL 'demonstrations' must be a Demonstration, a tuple (observations, actions[, dones]) or a dict "
-        f"with those keys; got {type(data).__name__}."
-    )
+    if isinstance(data, (tuple, list)) and len(data) == 3 and not isinstance(data[0], (str, os.PathLike)):
+        data = {"observations": data[0], "actions": data[1], "dones": data[2]}
+    if model is None:
+        model = SimpleNamespace(observation_space=observation_space, action_space=action_space)
+    try:
+        expert = bc_data(model, data)
+    except ValueError as error:  # DemoSpecError too
+        raise RewardSignalConfigError(f"reward_signals['gail'] expert data: {error}") from error
+    except TypeError as error:  # not a kind of data bc_data takes
+        raise RewardSignalConfigError(
+            f"reward_signals['gail'] expert data: {error} (or an ExpertData, or (observations, actions, dones))"
+        ) from error
+    return ExpertData(expert.observations, expert.actions.reshape(len(expert), -1), expert.dones)
 
 
 class GAILSignal(RewardSignal):
-    """GAIL reward signal; settings as ML-Agents' ``gail`` plus ``demonstrations`` for in-memory data."""
+    """GAIL reward signal; settings as ML-Agents' ``gail`` plus ``demonstrations`` for in-memory data.
+
+    :param expert: the expert data, else read from the settings on first use.
+    :param model: the algorithm that owns the signal; the demo is converted for its env as
+        behavioral cloning converts it (``None``: by the spaces alone).
+    """
 
     name: ClassVar[str] = "gail"
     ignore_done: ClassVar[bool] = False
@@ -168,6 +119,7 @@ class GAILSignal(RewardSignal):
         settings: dict,
         device: th.device | str = "auto",
         expert: ExpertData | None = None,
+        model: Any = None,
     ) -> None:
         super().__init__(observation_space, action_space, settings, device)
         self.use_actions = bool(settings["use_actions"])
@@ -190,13 +142,16 @@ class GAILSignal(RewardSignal):
         self.optimizer = th.optim.Adam(self.parameters(), lr=settings["learning_rate"])
         # loaded on first use, so a saved model loads (e.g. for inference) without its demo files
         self._expert = expert
+        self._model = model  # its env gives the demo's layout (see load_expert_data)
         self._expert_tensors: tuple[Any, th.Tensor, th.Tensor] | None = None
 
     @property
     def expert(self) -> ExpertData:
         """The expert transitions (read from ``demo_path`` / ``demonstrations`` on first access)."""
         if self._expert is None:
-            self._expert = load_expert_data(self.settings, self.observation_space, self.action_space)
+            self._expert = load_expert_data(
+                self.settings, self.observation_space, self.action_space, self._model
+            )
         return self._expert
 
     def _expert_on_device(self) -> tuple[Any, th.Tensor, th.Tensor]:
