@@ -380,7 +380,8 @@ def test_ball3d_actions_only_reach_deciding_agents():
     env.step()
     d2, _ = env.get_steps("3DBall?team=0")
     tilt = np.degrees(2 * np.arcsin(d2.obs[0][:, :2])) - np.degrees(2 * np.arcsin(d.obs[0][:, :2]))
-    np.testing.assert_allclose(tilt[1], [10.0, 10.0], atol=1e-3)  # 5 physics steps x 2 degrees
+    # 5 physics steps x 2 degrees about each axis (the turns compose, so z and x read ~10 degrees)
+    np.testing.assert_allclose(tilt[1], [10.0, 10.0], atol=0.2)
     np.testing.assert_allclose(tilt[[0, 2]], 0.0, atol=1e-4)  # missing actions are zeros
 
 
@@ -404,10 +405,14 @@ def test_ball3d_parameters_change_physics():
     base = _settled_ball()
     big = _settled_ball(scale=2.0)
     assert np.all(big[:, 3] > base[:, 3] + 0.4)  # rest height = top + radius
-    # same tilts from the same start: a heavier ball (less rolling resistance) goes faster
-    light, heavy = (make_scene("Ball3D", seed=5, num_agents=4, mass=m) for m in (0.5, 5.0))
-    last = [list(run(env, "3DBall?team=0", "expert", 20))[-1][0].obs[0] for env in (light, heavy)]
-    assert not np.allclose(last[0][:, 5:], last[1][:, 5:])
+    # as in Unity, the ball's mass changes nothing (it only touches a static collider); gravity does
+    light, heavy, moon = (
+        make_scene("Ball3D", seed=5, num_agents=4, **p)
+        for p in ({"mass": 0.5}, {"mass": 5.0}, {"gravity": 1.6})
+    )
+    last = [list(run(env, "3DBall?team=0", "expert", 20))[-1][0].obs[0] for env in (light, heavy, moon)]
+    np.testing.assert_array_equal(last[0], last[1])
+    assert not np.allclose(last[0][:, 5:], last[2][:, 5:])
 
 
 def test_ball3d_environment_parameters_in_process():
