@@ -253,6 +253,28 @@ def test_flatten_obs_expert_is_one_vector_in_spec_order(tmp_path, algo):
     venv.close()
 
 
+def test_expert_batches_are_normalised_like_the_policy_batches_behind_vec_normalize(tmp_path):
+    """Behind ``VecNormalize`` the rollout holds normalised observations; the expert's are
+    normalised with the statistics of the moment, as behavioral cloning does (they stayed raw,
+    so the discriminator told them apart by scale alone)."""
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    env = two_vector_env()
+    path = record(
+        env, DEFAULT_BEHAVIOR, tmp_path / "norm.demo", env.behavior_specs[DEFAULT_BEHAVIOR].action_spec
+    )
+    venv = VecNormalize(UnityVecEnv(two_vector_env(), flatten_obs=True), norm_reward=False)
+    venv.obs_rms.mean[:] = 2.0
+    venv.obs_rms.var[:] = 9.0
+    model = PPO("MlpPolicy", venv, n_steps=8, batch_size=8, device="cpu", reward_signals=gail(demo_path=path))
+    signal = model.signals["gail"]
+    normalised = venv.normalize_obs(signal.expert.observations)
+    batch = signal.sample_expert(64).observations.numpy()
+    distance = np.abs(batch[:, None, :] - normalised[None, :, :]).max(axis=2).min(axis=1)
+    assert distance.max() < 1e-5, "every expert row is a normalised demo row"
+    venv.close()
+
+
 # ---------------------------------------------------------------------------------- actions
 @pytest.mark.parametrize(
     "action_spec",

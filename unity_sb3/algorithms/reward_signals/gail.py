@@ -188,11 +188,23 @@ class GAILSignal(RewardSignal):
         return -th.log(1.0 - estimate * (1.0 - self.epsilon))
 
     def sample_expert(self, n: int) -> SignalBatch:
-        """``n`` expert transitions drawn uniformly with replacement."""
+        """``n`` expert transitions drawn uniformly with replacement, observations as the policy
+        sees them (normalised with the model's ``VecNormalize`` statistics of now, as BC does)."""
         obs, actions, dones = self._expert_on_device()
         idx = th.randint(0, self.expert.n, (n,), device=self.device)
-        sampled = {k: v[idx] for k, v in obs.items()} if isinstance(obs, dict) else obs[idx]
+        normalizer = self._vec_normalize()
+        if normalizer is None:
+            sampled = {k: v[idx] for k, v in obs.items()} if isinstance(obs, dict) else obs[idx]
+        else:
+            rows, raw = idx.cpu().numpy(), self.expert.observations
+            raw = {k: v[rows] for k, v in raw.items()} if isinstance(raw, dict) else raw[rows]
+            sampled = _as_tensor(normalizer.normalize_obs(raw), self.device)
         return SignalBatch(sampled, actions[idx], sampled, dones[idx], None)
+
+    def _vec_normalize(self) -> Any:
+        """The model's ``VecNormalize`` (whose statistics the rollout observations carry), or None."""
+        model = self._model
+        return model.get_vec_normalize_env() if hasattr(model, "get_vec_normalize_env") else None
 
     def _gradient_penalty(self, policy: SignalBatch, expert: SignalBatch) -> th.Tensor:
         def mix(a: th.Tensor, b: th.Tensor) -> th.Tensor:
