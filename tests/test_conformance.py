@@ -30,6 +30,8 @@ from stable_baselines3.common.env_checker import check_env as sb3_check_env
 
 import unity_sb3  # noqa: F401  (protobuf compat before mlagents_envs)
 from unity_sb3.envs import make_scene
+from unity_sb3.unity.errors import UnityConfigurationError
+from unity_sb3.wrappers._steps import StepReader
 from unity_sb3.wrappers.gym_env import UnityGymEnv
 from unity_sb3.wrappers.pettingzoo_env import UnityAECEnv, UnityParallelEnv
 from unity_sb3.wrappers.vec_env import UnityVecEnv
@@ -492,3 +494,99 @@ def test_poca_trains_through_pettingzoo(case):
     model = POCA("MlpPolicy", PettingZooVecEnv(env), **POCA_SMALL).learn(300)
     assert model.num_timesteps >= 300
     assert np.isfinite(model.rollout_buffer.returns).all()
+
+
+# ---------------------------------------------------------------------- the normaliser itself
+def reader_and_steps(scene: str = "GridWorld") -> tuple[StepReader, DecisionSteps, TerminalSteps]:
+    env = make_scene(scene, num_agents=2, **PARAMS[scene])
+    env.reset()
+    name = next(iter(env.behavior_specs))
+    decisions, terminals = env.get_steps(name)
+    return StepReader(name, env.behavior_specs[name]), decisions, terminals
+
+
+def test_batches_already_in_array_form_pass_through_untouched():
+    reader, decisions, terminals = reader_and_steps()
+    out = reader.normalize(decisions, terminals)
+    assert out[0] is decisions
+    assert len(terminals) == 0 and out[1] is reader.normalize(decisions, terminals)[1]  # one shared empty batch
+
+
+def test_unity_list_group_ids_alone_are_converted():
+    """A real build's batches (rpc_utils) have every field as an array except group_id."""
+    reader, d, _ = reader_and_steps()
+    unity_style = DecisionSteps(
+        d.obs, d.reward, d.agent_id, d.action_mask, d.group_id.tolist(), d.group_reward
+    )
+    out = reader.decisions(unity_style)
+    assert out.obs is d.obs and out.reward is d.reward and out.agent_id is d.agent_id
+    assert isinstance(out.group_id, np.ndarray) and out.group_id.tolist() == d.group_id.tolist()
+
+
+@pytest.mark.parametrize("style", STYLES)
+def test_every_style_reads_as_the_same_arrays(style):
+    reader, d, _ = reader_and_steps()
+    fields = restyle(style, d.obs, d.reward, d.agent_id, d.group_id, d.group_reward, d.action_mask)
+    out = reader.decisions(
+        DecisionSteps(
+            fields["obs"],
+            fields["reward"],
+            fields["agent_id"],
+            fields["mask"],
+            fields["group_id"],
+            fields["group_reward"],
+        )
+    )
+    for got, want in zip(out.obs, d.obs):
+        np.testing.assert_array_equal(got, want)
+    assert out.reward.dtype == np.float32 and out.group_reward.dtype == np.float32
+    assert out.agent_id.dtype.kind == "i" and out.group_id.dtype.kind == "i"
+    np.testing.assert_array_equal(out.agent_id, d.agent_id)
+    if fields["mask"] is not None:
+        assert [m.shape for m in out.action_mask] == [(2, 5)]
+        np.testing.assert_array_equal(out.action_mask[0], d.action_mask[0])
+
+
+def test_empty_batches_without_observation_arrays():
+    reader, _, _ = reader_and_steps()
+    decisions = DecisionSteps([], [], [], None, [], [])
+    terminals = TerminalSteps([], [], [], [], [], [])
+    d, t = reader.normalize(decisions, terminals)
+    assert len(d) == 0 and len(t) == 0
+    assert [o.shape for o in d.obs] == [(0, 3, 8, 8), (0, 2)]
+
+
+def test_missing_groups_read_as_no_group():
+    reader, d, _ = reader_and_steps()
+    out = reader.decisions(DecisionSteps(d.obs, d.reward.tolist(), d.agent_id, None, None, None))
+    assert out.group_id.tolist() == [0, 0] and out.group_reward.tolist() == [0.0, 0.0]
+
+
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        ({"reward": [1.0]}, "reward has 1 values but agent_id has 2"),
+        ({"agent_id": [0.5, 1.0]}, "agent_id must hold whole numbers"),
+        ({"agent_id": ["a", "b"]}, "agent_id must hold integers"),
+        ({"obs": [np.zeros((2, 3, 8, 8))]}, "1 observation arrays for 2 observation specs"),
+        (
+            {"obs": [np.zeros((2, 3, 8, 8)), np.zeros((2, 3))]},
+            r"observation 1 has shape \(2, 3\), expected \(2, 2\)",
+        ),
+        (
+            {"action_mask": [np.zeros((2, 4), dtype=bool)]},
+            r"covers 4 actions per agent, but the discrete branches \(5,\)",
+        ),
+        ({"reward": None}, "reward is None"),
+    ],
+)
+def test_unreadable_batches_are_explained(change, match):
+    reader, d, _ = reader_and_steps()
+    fields = dict(
+        obs=d.obs, reward=d.reward, agent_id=d.agent_id, action_mask=d.action_mask,
+        group_id=d.group_id, group_reward=d.group_reward,
+    )  # fmt: skip
+    fields.update(change)
+    with pytest.raises(UnityConfigurationError, match=match) as error:
+        reader.decisions(DecisionSteps(**fields))
+    assert "DecisionSteps of 'GridWorld?team=0'" in str(error.value)
