@@ -33,6 +33,7 @@ SCENES: dict[str, str] = {
     "GridWorld": "unity_sb3.envs.gridworld:GridWorld",
     "Escape": "unity_sb3.envs.escape:Escape",
     "PyramidsLite": "unity_sb3.envs.pyramids:PyramidsLite",
+    "Basic": "unity_sb3.envs.basic:Basic",
 }
 
 __all__ = ["SCENES", "EmbeddedScene", "describe_scene", "list_scenes", "make_scene", "scene_class"]
