@@ -486,14 +486,27 @@ def test_poca_trains_on_unity_vec_env(case):
     assert venv.unity_envs[0].unanswered == 0
 
 
-@pytest.mark.parametrize("case", ["Escape-tuples", "Escape-regroup", "Ball3D-reused-ids"])
+@pytest.mark.parametrize(
+    "case", ["Escape-tuples", "Escape-regroup", "Ball3D-reused-ids", "Ball3D-spawn-mid-episode"]
+)
 def test_poca_trains_through_pettingzoo(case):
     from unity_sb3.algorithms.poca import POCA, PettingZooVecEnv
 
-    env = UnityParallelEnv(make(case), action_masks=False)
+    # max_agents: possible_agents (PettingZooVecEnv's slots) must include agents that come later
+    env = UnityParallelEnv(make(case), action_masks=False, max_agents=AGENTS[CASES[case][0]])
     model = POCA("MlpPolicy", PettingZooVecEnv(env), **POCA_SMALL).learn(300)
     assert model.num_timesteps >= 300
     assert np.isfinite(model.rollout_buffer.returns).all()
+
+
+def test_pettingzoo_slots_too_few_for_a_late_agent_is_explained():
+    from unity_sb3.algorithms.poca import PettingZooVecEnv
+
+    venv = PettingZooVecEnv(UnityParallelEnv(make("Ball3D-spawn-mid-episode"), action_masks=False))
+    venv.reset()
+    with pytest.raises(RuntimeError, match="max_agents"):
+        for _ in range(10):
+            venv.step(np.zeros((venv.num_envs, 2), dtype=np.float32))
 
 
 # ---------------------------------------------------------------------- the normaliser itself
@@ -509,7 +522,8 @@ def test_batches_already_in_array_form_pass_through_untouched():
     reader, decisions, terminals = reader_and_steps()
     out = reader.normalize(decisions, terminals)
     assert out[0] is decisions
-    assert len(terminals) == 0 and out[1] is reader.normalize(decisions, terminals)[1]  # one shared empty batch
+    assert len(terminals) == 0  # empty batches become one shared empty batch
+    assert out[1] is reader.normalize(decisions, terminals)[1]
 
 
 def test_unity_list_group_ids_alone_are_converted():

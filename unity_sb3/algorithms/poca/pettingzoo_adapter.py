@@ -127,8 +127,9 @@ class PettingZooVecEnv(VecEnv):
             free = [slot for slot, a in enumerate(self._slot_agent) if a is None]
             if not free:
                 raise RuntimeError(
-                    f"Agent {agent!r} appeared but all {self.num_envs} slots are taken; "
-                    "pass a larger num_slots to PettingZooVecEnv."
+                    f"Agent {agent!r} appeared but all {self.num_envs} slots are taken; pass a larger "
+                    "num_slots to PettingZooVecEnv (or size the env's possible_agents for agents that "
+                    "appear later, e.g. UnityParallelEnv(..., max_agents=...))."
                 )
             self._slot_agent[free[0]] = agent
             self._write_obs(free[0], raw)
