@@ -411,7 +411,7 @@ def test_ppo_learns_ball3d_through_gym_env():
     assert mean > 6.0, f"PPO reached {mean:.2f} (random {np.mean(random_returns):.2f})"
 
 
-@pytest.mark.parametrize("scene", ["Ball3D", "GridWorld", "Escape", "PyramidsLite"])
+@pytest.mark.parametrize("scene", ["Ball3D", "GridWorld", "Escape", "PyramidsLite", "Basic"])
 def test_registered_gymnasium_ids(scene):
     pytest.importorskip("unity_sb3.unity.connect")
     import unity_sb3  # noqa: F401  (registers the ids)
