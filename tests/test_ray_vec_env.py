@@ -290,7 +290,8 @@ def test_proxy_behaves_like_the_env_in_the_actor():
             actions = ActionTuple(continuous=rng.uniform(-1, 1, (len(dec), 2)).astype(np.float32))
             for env in (proxy, local):
                 env.set_actions(name, actions)
-                env.set_action_for_agent(name, int(dec.agent_id[0]), ActionTuple(continuous=np.ones((1, 2))))
+                if len(dec):  # a ball that fell between decisions gives a step with terminals only
+                    env.set_action_for_agent(name, int(dec.agent_id[0]), ActionTuple(continuous=np.ones((1, 2))))
                 env.step()
             (d1, t1), (d2, t2) = proxy.get_steps(name), local.get_steps(name)
             for a, b in ((d1, d2), (t1, t2)):
