@@ -15,6 +15,7 @@ from unity_sb3.callbacks import (
     is_loadable_zip,
     latest_checkpoint,
     list_checkpoints,
+    read_model_timesteps,
     save_atomic,
     save_replay_buffer_atomic,
     write_json_atomic,
@@ -96,7 +97,9 @@ def test_checkpoint_saves_replay_buffer(tmp_path: Path) -> None:
     assert fresh.replay_buffer.size() == 99
 
 
-@pytest.mark.parametrize("bad", [{"save_freq": 0}, {"save_freq": 10, "keep_last": 0}])
+@pytest.mark.parametrize(
+    "bad", [{"save_freq": 0}, {"save_freq": 10, "keep_last": -1}, {"save_freq": 10, "keep_last": 1.5}]
+)
 def test_checkpoint_rejects_bad_settings(tmp_path: Path, bad: dict) -> None:
     with pytest.raises(ValueError):
         AtomicCheckpointCallback(directory=tmp_path, **bad)
@@ -116,3 +119,56 @@ def test_list_checkpoints_ignores_other_files(tmp_path: Path) -> None:
     assert [s for s, _ in list_checkpoints(tmp_path)] == [2, 10]
     assert latest_checkpoint(tmp_path) is None, "empty files are not loadable"
     assert not os.path.exists(tmp_path / "missing") and list_checkpoints(tmp_path / "missing") == []
+
+
+def test_keep_last_zero_keeps_every_checkpoint(tmp_path: Path, ppo: PPO) -> None:
+    # ML-Agents' keep_checkpoints: 0 (or less) removes none
+    ppo.learn(64 * 4, callback=AtomicCheckpointCallback(save_freq=64, directory=tmp_path, keep_last=0))
+    assert [s for s, _ in list_checkpoints(tmp_path)] == [64, 128, 192, 256]
+
+
+def test_pruning_removes_a_checkpoints_state_files_with_it(tmp_path: Path, ppo: PPO) -> None:
+    def write_state(path: Path) -> None:
+        path.with_name(path.stem + ".curriculum.json").write_text("{}")
+
+    callback = AtomicCheckpointCallback(save_freq=64, directory=tmp_path, keep_last=2, on_save=write_state)
+    (tmp_path / "replay_buffer.pkl").write_bytes(b"kept")
+    ppo.learn(64 * 3, callback=callback)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "checkpoint_128_steps.curriculum.json",
+        "checkpoint_128_steps.zip",
+        "checkpoint_192_steps.curriculum.json",
+        "checkpoint_192_steps.zip",
+        "replay_buffer.pkl",
+    ]
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda data: data[: len(data) // 2],  # a partial copy
+        lambda data: b"",  # a full disk
+        lambda data: data.replace(b"num_timesteps", b"num_timestepz"),  # not a model anymore
+    ],
+    ids=["truncated", "empty", "garbled"],
+)
+def test_read_model_timesteps_rejects_damaged_models(tmp_path: Path, ppo: PPO, damage) -> None:
+    path = save_atomic(ppo, tmp_path / "model.zip")
+    assert read_model_timesteps(path) == 0
+    path.write_bytes(damage(path.read_bytes()))
+    with pytest.raises(ValueError):
+        read_model_timesteps(path)
+    with pytest.raises(ValueError):
+        read_model_timesteps(tmp_path / "missing.zip")
+
+
+def test_saved_replay_buffer_records_its_step(tmp_path: Path) -> None:
+    import pickle
+
+    from unity_sb3.callbacks import REPLAY_BUFFER_STEP
+
+    sac = SAC("MlpPolicy", "Pendulum-v1", buffer_size=100, learning_starts=10, device="cpu")
+    sac.learn(20)
+    path = save_replay_buffer_atomic(sac, tmp_path / "buffer.pkl")
+    with path.open("rb") as handle:
+        assert getattr(pickle.load(handle), REPLAY_BUFFER_STEP) == sac.num_timesteps == 20

@@ -54,11 +54,12 @@ def test_resume_continues_to_the_requested_total(tmp_path: Path, config: Path) -
     assert (tmp_path / "r" / "resume-1.monitor.csv").is_file(), "a resumed segment gets its own monitor file"
 
 
-def test_resume_without_a_run_fails_clearly(tmp_path: Path, config: Path) -> None:
+def test_resume_without_a_run_fails_clearly(tmp_path: Path, config: Path, capsys) -> None:
     (tmp_path / "empty").mkdir()
     (tmp_path / "empty" / "notes.txt").write_text("x")
-    with pytest.raises(FileNotFoundError, match="no checkpoint or model"):
-        main(["train", "--results-dir", str(tmp_path), "--run-id", "empty", "--resume", *TINY])
+    assert main(["train", "--results-dir", str(tmp_path), "--run-id", "empty", "--resume", *TINY]) == 2
+    err = capsys.readouterr().err
+    assert "no model or checkpoint found" in err and "without --resume" in err
 
 
 def test_eval_reports_mean_reward(tmp_path: Path, config: Path, capsys) -> None:
@@ -236,6 +237,52 @@ def test_flat_config_run_settings_and_cli_override(tmp_path: Path) -> None:
     assert _restart_settings(config) == (True, 6, 1, 60.0) and config.save_replay_buffer is False
 
 
+def _damage(path: Path, how: str) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2] if how == "truncated" else b"")
+
+
+@pytest.mark.parametrize("how", ["truncated", "empty"])
+def test_resume_falls_back_to_the_newest_checkpoint_that_reads(
+    tmp_path: Path, config: Path, capsys, how: str
+) -> None:
+    from stable_baselines3 import PPO
+
+    args = ["train", "--results-dir", str(tmp_path), "--run-id", "r", "--config", str(config), *TINY]
+    assert main(args) == 0
+    run = tmp_path / "r"
+    assert [steps for steps, _ in list_checkpoints(run / "checkpoints")] == [300, 600]
+    _damage(run / "model.zip", how)  # a partial copy / a full disk
+    _damage(run / "checkpoints" / "checkpoint_600_steps.zip", how)
+    capsys.readouterr()
+    with pytest.warns(UserWarning) as caught:
+        assert main([*args, "--n-timesteps", "900", "--resume"]) == 0
+    skipped = [str(w.message) for w in caught if "--resume: skipping" in str(w.message)]
+    assert len(skipped) == 2, skipped
+    assert str(run / "model.zip") in skipped[0] and "checkpoint_600_steps.zip" in skipped[1]
+    out = capsys.readouterr().out
+    assert f"Resuming from {run / 'checkpoints' / 'checkpoint_300_steps.zip'} at 300 steps" in out
+    assert PPO.load(run / "model.zip").num_timesteps >= 900, "the resumed run saved a good model again"
+
+
+def test_resume_with_no_readable_model_fails_clearly(tmp_path: Path, config: Path, capsys) -> None:
+    args = ["train", "--results-dir", str(tmp_path), "--run-id", "r", "--config", str(config), *TINY]
+    assert main(args) == 0
+    run = tmp_path / "r"
+    damaged = [run / "model.zip", *(path for _, path in list_checkpoints(run / "checkpoints"))]
+    for path in damaged:
+        _damage(path, "truncated")
+    saved_config = (run / "config.yaml").read_text()
+    capsys.readouterr()
+    with pytest.warns(UserWarning, match="--resume: skipping"):
+        assert main([*args, "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert "no model in" in err and "can be read" in err
+    assert all(str(path) in err for path in damaged), err
+    assert "start again without --resume" in err and "Copy a good model.zip" in err
+    assert (run / "config.yaml").read_text() == saved_config and not (run / "resume-1.monitor.csv").exists()
+
+
 def test_save_replay_buffer_with_an_on_policy_algorithm_is_an_error(tmp_path: Path, config: Path) -> None:
     args = ["train", "--results-dir", str(tmp_path), "--run-id", "p", "--config", str(config), *TINY]
     with pytest.raises(ValueError, match=r"needs an off-policy algorithm.*ppo is on-policy"):
@@ -312,6 +359,27 @@ def test_replay_buffer_from_a_different_slot_count_is_skipped(tmp_path: Path) ->
     other = SAC("MlpPolicy", make_vec_env("Pendulum-v1", n_envs=2), buffer_size=100)
     assert load_replay_buffer_if_present(other, tmp_path / "buffer.pkl") is True
     assert other.replay_buffer.size() == two.replay_buffer.size() > 0
+
+
+def test_replay_buffer_of_another_step_is_skipped(tmp_path: Path) -> None:
+    # resuming from an older checkpoint (the newer model was unreadable): the buffer saved with
+    # the newer model does not belong to it
+    from stable_baselines3 import SAC
+
+    from unity_sb3.callbacks import save_replay_buffer_atomic
+    from unity_sb3.run import load_replay_buffer_if_present
+
+    newer = SAC("MlpPolicy", "Pendulum-v1", buffer_size=100, learning_starts=10)
+    newer.learn(30)
+    save_replay_buffer_atomic(newer, tmp_path / "buffer.pkl")
+    older = SAC("MlpPolicy", "Pendulum-v1", buffer_size=100)
+    older.num_timesteps = 20
+    with pytest.warns(UserWarning, match="saved at step 30 but the model resumes from step 20"):
+        assert load_replay_buffer_if_present(older, tmp_path / "buffer.pkl") is False
+    assert older.replay_buffer.size() == 0
+    older.num_timesteps = 30
+    assert load_replay_buffer_if_present(older, tmp_path / "buffer.pkl") is True
+    assert older.replay_buffer.size() == 30
 
 
 def _crash_once_at(monkeypatch, call: int) -> None:
@@ -442,13 +510,15 @@ def test_resume_with_a_changed_curriculum_is_refused_before_unity_opens(tmp_path
     import json
 
     run = tmp_path / "x"
-    run.mkdir()
+    three = _curriculum_yaml(tmp_path / "three.yaml")
+    first = ["train", "--results-dir", str(tmp_path), "--run-id", "x", "--config", str(three), *TINY]
+    assert main([*first, "--n-timesteps", "300"]) == 0
     saved = {
         "lesson_numbers": {"scale": 2},
         "lesson_names": {"scale": "large"},
         "smoothed_values": {"scale": 0.0},
     }
-    (run / "curriculum.json").write_text(json.dumps({"format": 1, "num_timesteps": 600, "parameters": saved}))
+    (run / "curriculum.json").write_text(json.dumps({"format": 1, "num_timesteps": 300, "parameters": saved}))
     (run / "config.yaml").write_text("previous: run\n")
     config = _curriculum_yaml(tmp_path / "two.yaml", lessons=("small", "medium"))
     args = [
@@ -468,7 +538,7 @@ def test_resume_with_a_changed_curriculum_is_refused_before_unity_opens(tmp_path
     assert "curriculum.json does not fit" in message and "'scale' was saved in lesson 2" in message
     assert "delete it to restart every curriculum at lesson 0" in message
     assert (run / "config.yaml").read_text() == "previous: run\n", "nothing written"
-    assert not list(run.glob("*monitor.csv")), "Unity was not opened"
+    assert len(list(run.glob("*monitor.csv"))) == 1, "Unity was not opened again"
     (run / "curriculum.json").write_text("{not json")
     with pytest.raises(ValueError, match=r"curriculum\.json is not a readable"):
         main(args)
@@ -484,3 +554,35 @@ def test_resume_without_a_curriculum_file_starts_at_lesson_0(tmp_path: Path, mon
     with pytest.warns(UserWarning, match="curriculum.json is missing"):
         assert main([*args, "--n-timesteps", "400", "--resume"]) == 0
     assert resets[0] == 1.0
+
+
+@QUIET_MLAGENTS_CONFIG
+def test_resume_from_an_older_checkpoint_takes_that_checkpoints_curriculum(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    import json
+    import warnings
+
+    config = _curriculum_yaml(tmp_path / "curriculum.yaml")
+    args = ["train", "--results-dir", str(tmp_path), "--run-id", "k", "--config", str(config), *TINY]
+    assert main(args) == 0
+    run, checkpoints = tmp_path / "k", tmp_path / "k" / "checkpoints"
+    for steps in (300, 600):
+        state = json.loads((checkpoints / f"checkpoint_{steps}_steps.curriculum.json").read_text())
+        assert state["num_timesteps"] == steps, "each checkpoint keeps the curriculum state of its step"
+    # mark the older checkpoint's state so the test can tell which one the resume used
+    older = checkpoints / "checkpoint_300_steps.curriculum.json"
+    state = json.loads(older.read_text())
+    state["parameters"].update(lesson_numbers={"scale": 0}, lesson_names={"scale": "small"})
+    older.write_text(json.dumps(state))
+    _damage(run / "model.zip", "truncated")
+    _damage(checkpoints / "checkpoint_600_steps.zip", "truncated")
+    resets = _record_scene_resets(monkeypatch)
+    capsys.readouterr()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert main([*args, "--n-timesteps", "700", "--resume"]) == 0
+    out = capsys.readouterr().out
+    assert f"Curricula resume at lessons {{'scale': 0}} (from {older})" in out
+    assert not [w for w in caught if "was saved at step" in str(w.message)], "state and checkpoint match"
+    assert resets[0] == 1.0, "the first episodes use the checkpoint's lesson"

@@ -22,6 +22,8 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 
 CHECKPOINT_PATTERN = re.compile(r"^checkpoint_(\d+)_steps\.zip$")
+#: attribute a saved replay buffer carries: the model's ``num_timesteps`` when it was saved
+REPLAY_BUFFER_STEP = "unity_sb3_num_timesteps"
 
 
 @contextmanager
@@ -55,8 +57,13 @@ def save_atomic(model: BaseAlgorithm, path: str | Path) -> Path:
 
 
 def save_replay_buffer_atomic(model: OffPolicyAlgorithm, path: str | Path) -> Path:
-    """Atomic counterpart of ``model.save_replay_buffer`` (a pickle file)."""
+    """Atomic counterpart of ``model.save_replay_buffer`` (a pickle file).
+
+    The buffer is tagged with the model's ``num_timesteps`` (attribute :data:`REPLAY_BUFFER_STEP`)
+    so that a resume can tell whether it belongs to the model it starts from.
+    """
     path = Path(path)
+    setattr(model.replay_buffer, REPLAY_BUFFER_STEP, int(model.num_timesteps))
     # the temporary name has a suffix, so SB3 writes to it as it is (it appends .pkl only to bare names)
     with _atomic_target(path, ".pkl.tmp") as tmp:
         model.save_replay_buffer(tmp)
@@ -78,6 +85,27 @@ def is_loadable_zip(path: str | Path) -> bool:
             return archive.testzip() is None and "data" in archive.namelist()
     except (OSError, zipfile.BadZipFile):
         return False
+
+
+def read_model_timesteps(path: str | Path) -> int:
+    """Read a saved SB3 model completely (archive, data, every tensor) and return its step count.
+
+    A cheap archive check misses a file whose parts are complete but unreadable; this reads
+    everything ``load`` reads, without building the model or needing the environment.
+
+    :param path: a ``.zip`` written by ``model.save``.
+    :return: the model's ``num_timesteps``.
+    :raises ValueError: the file is missing, truncated or not an SB3 model; the message says how.
+    """
+    from stable_baselines3.common.save_util import load_from_zip_file
+
+    try:
+        data, _params, _variables = load_from_zip_file(path, device="cpu", print_system_info=False)
+    except Exception as error:
+        raise ValueError(f"{type(error).__name__}: {error}") from error
+    if not isinstance(data, dict) or "num_timesteps" not in data:
+        raise ValueError("not a Stable-Baselines3 model (its data has no num_timesteps)")
+    return int(data["num_timesteps"])
 
 
 def list_checkpoints(directory: str | Path) -> list[tuple[int, Path]]:
@@ -105,12 +133,15 @@ class AtomicCheckpointCallback(BaseCallback):
     """Save a checkpoint every ``save_freq`` environment steps (summed over all slots).
 
     Files are ``checkpoint_<timesteps>_steps.zip``, written atomically; only the newest
-    ``keep_last`` are kept. For off-policy algorithms the replay buffer is saved next to the
-    newest checkpoint when ``save_replay_buffer`` is set (as ML-Agents' ``save_replay_buffer``).
+    ``keep_last`` are kept, as ML-Agents' ``keep_checkpoints`` (0 keeps them all); files that
+    belong to a checkpoint (``checkpoint_<timesteps>_steps.<anything>``, e.g. the curriculum
+    state ``on_save`` writes) go with it. For off-policy algorithms the replay buffer is saved next
+    to the newest checkpoint when ``save_replay_buffer`` is set (as ML-Agents'
+    ``save_replay_buffer``).
 
     :param save_freq: environment steps (``model.num_timesteps``) between checkpoints.
     :param directory: where checkpoints go.
-    :param keep_last: how many checkpoints to keep (>= 1).
+    :param keep_last: how many checkpoints to keep (>= 1), or 0 to keep every one.
     :param save_replay_buffer: also save the replay buffer of off-policy algorithms.
     :param on_save: called with the checkpoint's path after each save (periodic or ``save_now``),
         e.g. to write state that must match the checkpoint.
@@ -128,8 +159,10 @@ class AtomicCheckpointCallback(BaseCallback):
         super().__init__(verbose)
         if save_freq <= 0:
             raise ValueError(f"save_freq must be positive, got {save_freq}")
-        if keep_last < 1:
-            raise ValueError(f"keep_last must be at least 1, got {keep_last}")
+        if isinstance(keep_last, bool) or not isinstance(keep_last, int) or keep_last < 0:
+            raise ValueError(
+                f"keep_last must be a whole number >= 0 (0 keeps every checkpoint), got {keep_last!r}"
+            )
         self.save_freq = save_freq
         self.directory = Path(directory)
         self.keep_last = keep_last
@@ -151,8 +184,10 @@ class AtomicCheckpointCallback(BaseCallback):
         path = save_atomic(self.model, self.directory / f"checkpoint_{self.model.num_timesteps}_steps.zip")
         if self.save_replay_buffer and isinstance(self.model, OffPolicyAlgorithm):
             save_replay_buffer_atomic(self.model, self.directory / "replay_buffer.pkl")
-        for _, old in list_checkpoints(self.directory)[: -self.keep_last]:
-            old.unlink(missing_ok=True)
+        if self.keep_last > 0:
+            for _, old in list_checkpoints(self.directory)[: -self.keep_last]:
+                for companion in old.parent.glob(f"{old.stem}.*"):  # the .zip and its state files
+                    companion.unlink(missing_ok=True)
         if self.on_save is not None:
             self.on_save(path)
         if self.verbose:

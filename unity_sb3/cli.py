@@ -163,9 +163,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv = ["train"]
     args = build_parser().parse_args(argv)
     if args.command == "train":
-        from unity_sb3.run import train_from_args
+        from unity_sb3.run import ResumeError, train_from_args
 
-        return train_from_args(args)
+        try:
+            return train_from_args(args)
+        except ResumeError as error:  # what was wrong and what to do, without a traceback
+            print(f"unity-sb3 train: error: {error}", file=sys.stderr)
+            return 2
     if args.command == "eval":
         from unity_sb3.run import evaluate_from_args
 

@@ -8,7 +8,12 @@ A run lives in ``results/<run-id>/``:
   ``replay_buffer.pkl`` with ``--save-replay-buffer``);
 - ``model.zip``: the final model (also written on Ctrl-C); ``learning_curve.png``;
 - ``curriculum.json`` (runs with a curriculum): each parameter's lesson, written atomically with
-  every checkpoint, on Ctrl-C and at the end; ``--resume`` continues at those lessons.
+  every checkpoint, on Ctrl-C and at the end; ``--resume`` continues at those lessons. Each
+  checkpoint also keeps its own copy (``checkpoints/checkpoint_<steps>_steps.curriculum.json``).
+
+``--resume`` starts from the newest of ``model.zip`` and the checkpoints that reads completely; an
+unreadable one (a partial copy, a full disk) is skipped with a warning naming it. The replay
+buffer and the curriculum state it loads are the ones saved with the model it starts from.
 
 Crash restarts follow ``mlagents-learn``: ``--restart-on-crash`` re-opens a crashed Unity
 instance at most ``--max-restarts`` times over its lifetime (ML-Agents'
@@ -36,6 +41,13 @@ CONFIG_FILE = "config.yaml"
 REPLAY_BUFFER_FILE = "replay_buffer.pkl"  # in checkpoints/, as AtomicCheckpointCallback writes it
 CURRICULUM_FILE = "curriculum.json"
 CURRICULUM_FORMAT = 1
+CHECKPOINT_CURRICULUM_SUFFIX = ".curriculum.json"  # checkpoint_<steps>_steps.curriculum.json
+
+
+class ResumeError(FileNotFoundError):
+    """``--resume`` found nothing to start from: no model, or none that reads."""
+
+
 # run settings a hyperparameter file (an ML-Agents YAML's env_settings, or a flat/RL Zoo file) may
 # give beside the algorithm's arguments; the command line overrides them
 RESTART_SETTINGS = ("max_restarts", "restarts_rate_limit_n", "restarts_rate_limit_period_s")
@@ -175,7 +187,6 @@ def train(
     from unity_sb3.callbacks import (
         AtomicCheckpointCallback,
         LiveProgressCallback,
-        latest_checkpoint,
         save_atomic,
         save_replay_buffer_atomic,
     )
@@ -186,8 +197,11 @@ def train(
     run_dir = Path(run_dir)
     checkpoints = run_dir / "checkpoints"
     curriculum_file = run_dir / CURRICULUM_FILE
+    start_from = find_resume_point(run_dir) if resume else None
     # before anything is written or opened: a saved curriculum that no longer fits is an error
-    open_config, curriculum_state = _prepare_curriculum(config, curriculum_file if resume else None)
+    open_config, curriculum_state = _prepare_curriculum(
+        config, _curriculum_file_for(start_from, curriculum_file) if start_from else None
+    )
     run_dir.mkdir(parents=True, exist_ok=True)
     segment = len(_monitor_files(run_dir))
     # SB3's monitor writer only keeps names that end in "monitor.csv"
@@ -197,14 +211,6 @@ def train(
     env = make_vec_env(open_config, monitor_file)
     stats_file = run_dir / "vecnormalize.pkl"
     env = _wrap_normalize(env, config, stats_file if resume else None)
-    start_from = None
-    if resume:
-        start_from = latest_checkpoint(checkpoints)
-        final = run_dir / MODEL_FILE
-        if final.exists() and (start_from is None or final.stat().st_mtime > start_from.stat().st_mtime):
-            start_from = final
-        if start_from is None:
-            raise FileNotFoundError(f"--resume: no checkpoint or model found in {run_dir}")
     try:
         if start_from is not None:
             model = algo_cls.load(start_from, env=env, device=device, tensorboard_log=str(run_dir / "tb"))
@@ -225,9 +231,13 @@ def train(
         extra = mlagents_callbacks(open_config.open_kwargs, config.behavior)
         curriculum = next((c for c in extra if isinstance(c, CurriculumCallback)), None)
 
-        def save_curriculum() -> None:
-            if curriculum is not None:
-                save_curriculum_state(curriculum, curriculum_file, model.num_timesteps)
+        def save_curriculum(checkpoint_path: Path | None = None) -> None:
+            if curriculum is None:
+                return
+            save_curriculum_state(curriculum, curriculum_file, model.num_timesteps)
+            if checkpoint_path is not None:  # the checkpoint's own copy, pruned with it
+                companion = checkpoint_path.with_name(checkpoint_path.stem + CHECKPOINT_CURRICULUM_SUFFIX)
+                save_curriculum_state(curriculum, companion, model.num_timesteps)
 
         if curriculum is not None and curriculum_state is not None:
             _check_curriculum_step(curriculum_state, model.num_timesteps, curriculum_file)
@@ -237,7 +247,7 @@ def train(
             checkpoints,
             keep_last=keep_checkpoints,
             save_replay_buffer=config.save_replay_buffer,
-            on_save=lambda _path: save_curriculum(),
+            on_save=save_curriculum,
         )
         # the curriculum sees each step before the checkpoint of that step saves its state
         callbacks = [*extra, checkpoint]
@@ -277,6 +287,62 @@ def train(
     return model_path
 
 
+def find_resume_point(run_dir: str | Path) -> Path:
+    """The model ``--resume`` starts from: the newest of ``model.zip`` and the checkpoints that reads.
+
+    Newest means most timesteps (``model.zip`` wins a tie: it is saved after the checkpoint of the
+    same step). Every file tried is read completely; each unreadable one is skipped with a
+    warning that names it and says why.
+
+    :param run_dir: the run folder.
+    :return: the path to load.
+    :raises ResumeError: no model or checkpoint there, or none that reads (the message lists them).
+    """
+    from unity_sb3.callbacks import list_checkpoints, read_model_timesteps
+
+    run_dir = Path(run_dir)
+    final = run_dir / MODEL_FILE
+    unreadable: list[tuple[Path, str]] = []
+
+    def readable_steps(path: Path) -> int | None:
+        try:
+            return read_model_timesteps(path)
+        except ValueError as error:
+            unreadable.append((path, str(error)))
+            warnings.warn(f"--resume: skipping {path}, which cannot be read ({error})", stacklevel=3)
+            return None
+
+    final_steps = readable_steps(final) if final.exists() else None
+    checkpoints = list_checkpoints(run_dir / "checkpoints")
+    for steps, path in reversed(checkpoints):
+        if final_steps is not None and final_steps >= steps:
+            break
+        if readable_steps(path) is not None:
+            if unreadable:
+                print(f"--resume: starting from the checkpoint {path} instead")
+            return path
+    if final_steps is not None:
+        return final
+    if not unreadable:
+        raise ResumeError(
+            f"--resume: no model or checkpoint found in {run_dir} (looked for {MODEL_FILE} and "
+            "checkpoints/checkpoint_<steps>_steps.zip). Start a new run without --resume."
+        )
+    listing = "\n".join(f"  {path}: {why}" for path, why in unreadable)
+    raise ResumeError(
+        f"--resume: no model in {run_dir} can be read:\n{listing}\nThe files are damaged (a partial "
+        "copy or a full disk?). Copy a good model.zip or checkpoint into the run folder (a checkpoint "
+        "goes into checkpoints/), or start again without --resume (--force overwrites this folder)."
+    )
+
+
+def _curriculum_file_for(start_from: Path, run_file: Path) -> Path:
+    """The curriculum state saved with the model ``start_from``: a checkpoint's own copy when it
+    has one, else the run's ``curriculum.json`` (saved with ``model.zip`` and every checkpoint)."""
+    companion = start_from.with_name(start_from.stem + CHECKPOINT_CURRICULUM_SUFFIX)
+    return companion if companion.is_file() else run_file
+
+
 def _prepare_curriculum(
     config: RunConfig, state_file: Path | None
 ) -> tuple[RunConfig, dict[str, Any] | None]:
@@ -288,7 +354,8 @@ def _prepare_curriculum(
     already run with them.
 
     :param config: the run's configuration (not changed).
-    :param state_file: ``curriculum.json`` when resuming, else ``None``.
+    :param state_file: the curriculum state saved with the model the run resumes from
+        (``curriculum.json`` or a checkpoint's copy), else ``None``.
     :return: ``(config for make_vec_env, the saved CurriculumCallback state or None)``.
     """
     params = config.open_kwargs.get("environment_parameters")
@@ -376,7 +443,9 @@ def load_replay_buffer_if_present(model: Any, path: str | Path) -> bool:
     """Load ``path`` into an off-policy ``model``'s replay buffer when the file is there.
 
     A buffer saved with a different number of ``VecEnv`` slots (``--num-envs`` changed) cannot
-    be appended to; it is skipped with a warning and training starts with an empty buffer.
+    be appended to, and one saved at another step than the model's belongs to another model (the
+    run resumes from an older checkpoint because a newer model was unreadable); either is skipped
+    with a warning and training starts with an empty buffer.
 
     :return: whether a buffer was loaded.
     """
@@ -387,11 +456,21 @@ def load_replay_buffer_if_present(model: Any, path: str | Path) -> bool:
         return False
     from stable_baselines3.common.save_util import load_from_pkl
 
+    from unity_sb3.callbacks import REPLAY_BUFFER_STEP
+
     buffer = load_from_pkl(path)
     if getattr(buffer, "n_envs", model.n_envs) != model.n_envs:
         warnings.warn(
             f"{path} was saved with {buffer.n_envs} environment slots but the run now has "
             f"{model.n_envs}; training continues with an empty replay buffer",
+            stacklevel=2,
+        )
+        return False
+    saved_at = getattr(buffer, REPLAY_BUFFER_STEP, None)
+    if saved_at is not None and saved_at != model.num_timesteps:
+        warnings.warn(
+            f"{path} was saved at step {saved_at} but the model resumes from step {model.num_timesteps} "
+            "(a newer model was unreadable?); training continues with an empty replay buffer",
             stacklevel=2,
         )
         return False
