@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ from stable_baselines3 import PPO, SAC
 from unity_sb3.callbacks import (
     AtomicCheckpointCallback,
     LiveProgressCallback,
+    SummaryCallback,
     is_loadable_zip,
     latest_checkpoint,
     list_checkpoints,
@@ -172,3 +174,40 @@ def test_saved_replay_buffer_records_its_step(tmp_path: Path) -> None:
     path = save_replay_buffer_atomic(sac, tmp_path / "buffer.pkl")
     with path.open("rb") as handle:
         assert getattr(pickle.load(handle), REPLAY_BUFFER_STEP) == sac.num_timesteps == 20
+
+
+def test_summary_every_summary_freq_steps_as_mlagents_prints_it(tmp_path: Path, capsys) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    ppo = PPO(
+        "MlpPolicy", "CartPole-v1", n_steps=64, batch_size=32, n_epochs=1, seed=0, device="cpu",
+        tensorboard_log=str(tmp_path),
+    )  # fmt: skip
+    ppo.learn(320, callback=SummaryCallback(100, name="CartPole"), tb_log_name="run")
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("CartPole. Step:")]
+    assert [line.split(". ")[1] for line in lines] == ["Step: 100", "Step: 200", "Step: 300"]
+    for line in lines:  # CartPole episodes last 8 to 60 steps at first: every window has some
+        assert re.fullmatch(
+            r"CartPole\. Step: \d+\. Time Elapsed: \d+\.\d{3} s\. Mean Reward: \d+\.\d{3}\. "
+            r"Std of Reward: \d+\.\d{3}\. Training\.",
+            line,
+        ), line
+    events = EventAccumulator(str(next(tmp_path.iterdir()))).Reload()
+    rewards = events.Scalars("Environment/Cumulative Reward")
+    assert [e.step for e in rewards] == [100, 200, 300]
+    assert [e.step for e in events.Scalars("Environment/Episode Length")] == [100, 200, 300]
+
+
+def test_summary_without_finished_episodes_says_so(ppo: PPO) -> None:
+    callback = SummaryCallback(10, name="Ball")
+    callback.init_callback(ppo)
+    assert callback.summary_line(10).startswith("Ball. Step: 10. Time Elapsed: ")
+    assert callback.summary_line(10).endswith("No episode was completed since last summary. Training.")
+    callback.rewards += [1.0, 3.0]
+    assert "Mean Reward: 2.000. Std of Reward: 1.000. Training." in callback.summary_line(20)
+
+
+@pytest.mark.parametrize("bad", [0, -5, 2.5, True])
+def test_summary_rejects_bad_frequencies(bad) -> None:
+    with pytest.raises(ValueError, match="summary_freq"):
+        SummaryCallback(bad)

@@ -586,3 +586,22 @@ def test_resume_from_an_older_checkpoint_takes_that_checkpoints_curriculum(
     assert f"Curricula resume at lessons {{'scale': 0}} (from {older})" in out
     assert not [w for w in caught if "was saved at step" in str(w.message)], "state and checkpoint match"
     assert resets[0] == 1.0, "the first episodes use the checkpoint's lesson"
+
+
+@QUIET_MLAGENTS_CONFIG
+def test_mlagents_checkpoint_and_summary_settings_are_honoured(tmp_path: Path, capsys) -> None:
+    data = yaml.safe_load(_curriculum_yaml(tmp_path / "c.yaml").read_text())
+    del data["environment_parameters"]
+    data["behaviors"]["3DBall"].update(keep_checkpoints=2, checkpoint_interval=200, summary_freq=300)
+    config = tmp_path / "cadence.yaml"
+    config.write_text(yaml.safe_dump(data))
+    args = ["train", "--results-dir", str(tmp_path), "--config", str(config), "--no-progress"]
+    assert main([*args, "--run-id", "a", "--transport", "inprocess"]) == 0
+    out = capsys.readouterr().out
+    assert [steps for steps, _ in list_checkpoints(tmp_path / "a" / "checkpoints")] == [408, 600]
+    summaries = [line for line in out.splitlines() if line.startswith("3DBall. Step:")]
+    assert [line.split(". ")[1] for line in summaries] == ["Step: 300", "Step: 600"], out
+    assert all("Mean Reward:" in line or "No episode was completed" in line for line in summaries)
+    # the command line overrides the file: keep every checkpoint, no other change
+    assert main([*args, "--run-id", "b", "--transport", "inprocess", "--keep-checkpoints", "0"]) == 0
+    assert [steps for steps, _ in list_checkpoints(tmp_path / "b" / "checkpoints")] == [204, 408, 600]

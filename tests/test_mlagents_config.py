@@ -54,12 +54,9 @@ def test_3dball_ppo_mapping() -> None:
         "dict(net_arch=[128, 128], activation_fn=nn.SiLU, features_extractor_class=UnityMultiInputExtractor,"
         " features_extractor_kwargs=dict(encoder='simple'))"
     )
-    assert {
-        "time_horizon",
-        "summary_freq",
-        "keep_checkpoints",
-        "hyperparameters.beta_schedule",
-    } <= _unhonored(run)
+    assert {"time_horizon", "hyperparameters.beta_schedule"} <= _unhonored(run)
+    assert not {"summary_freq", "keep_checkpoints"} & _unhonored(run)
+    assert run.cadence == {"keep_checkpoints": 5, "summary_freq": 12000}
     assert "hyperparameters.batch_size" not in _unhonored(run)
 
 
@@ -451,6 +448,79 @@ def test_save_replay_buffer_from_the_config_and_its_override(
         config = config_from_args(_args(config_file, tmp_path, *flags))
     assert config.algo == "sac" and config.save_replay_buffer is expected
     assert "save_replay_buffer" not in config.hyperparams  # a run setting, not a SAC argument
+
+
+@pytest.mark.parametrize(
+    ("settings", "cadence"),
+    [
+        ({}, {}),  # not given: unity-sb3 train's defaults (checkpoint every 50000, keep 5, no summary)
+        ({"keep_checkpoints": 2}, {"keep_checkpoints": 2}),
+        ({"keep_checkpoints": 0}, {"keep_checkpoints": 0}),  # ML-Agents: 0 keeps all
+        ({"keep_checkpoints": -1}, {"keep_checkpoints": 0}),  # ... and so does anything below
+        ({"checkpoint_interval": 500000}, {"checkpoint_every": 500000}),
+        ({"summary_freq": "5.0e4"}, {"summary_freq": 50000}),
+        ({"summary_freq": None, "keep_checkpoints": None}, {}),
+    ],
+)
+def test_checkpoint_and_summary_cadence_map(settings: dict, cadence: dict) -> None:
+    data = _load("3DBall_ppo.yaml")
+    behavior = data["behaviors"]["3DBall"]
+    for key in ("keep_checkpoints", "checkpoint_interval", "summary_freq"):
+        behavior.pop(key, None)
+    behavior.update(settings)
+    run = convert_mlagents_config(data)
+    assert run.cadence == cadence
+    hyper = run.as_hyperparams()
+    assert {
+        k: hyper[k] for k in ("checkpoint_every", "keep_checkpoints", "summary_freq") if k in hyper
+    } == cadence
+    assert not {"keep_checkpoints", "checkpoint_interval", "summary_freq"} & _unhonored(run)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "match"),
+    [
+        ("summary_freq", 0, "summary_freq must be >= 1"),
+        ("checkpoint_interval", 0, "checkpoint_interval must be >= 1"),
+        ("summary_freq", 1.5, "summary_freq must be a whole number"),
+        ("keep_checkpoints", "many", "keep_checkpoints must be a number"),
+    ],
+)
+def test_bad_cadence_values(key: str, value, match: str) -> None:
+    data = _load("3DBall_ppo.yaml")
+    data["behaviors"]["3DBall"][key] = value
+    with pytest.raises(MLAgentsConfigError, match=match):
+        convert_mlagents_config(data)
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        ([], (50_000, 5, 12000)),  # 3DBall_ppo.yaml: keep_checkpoints 5, summary_freq 12000
+        (["--keep-checkpoints", "0", "--summary-freq", "300"], (50_000, 0, 300)),
+        (["--checkpoint-every", "1000"], (1000, 5, 12000)),
+    ],
+)
+def test_command_line_overrides_checkpoint_and_summary_settings(
+    tmp_path: Path, flags: list[str], expected: tuple
+) -> None:
+    from unity_sb3.run import config_from_args
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", MLAgentsConfigWarning)
+        config = config_from_args(_args(CONFIGS / "3DBall_ppo.yaml", tmp_path, *flags))
+    assert (config.checkpoint_every, config.keep_checkpoints, config.summary_freq) == expected
+    assert not {"checkpoint_every", "keep_checkpoints", "summary_freq"} & set(config.hyperparams)
+
+
+@pytest.mark.parametrize(
+    "flags", [["--keep-checkpoints", "-1"], ["--summary-freq", "0"], ["--checkpoint-every", "x"]]
+)
+def test_bad_checkpoint_and_summary_flags(tmp_path: Path, flags: list[str], capsys) -> None:
+    with pytest.raises(SystemExit):
+        _args(CONFIGS / "3DBall_ppo.yaml", tmp_path, *flags)
+    err = capsys.readouterr().err
+    assert f"argument {flags[0]}:" in err and ("whole number" in err or "> 0" in err), err
 
 
 def test_empty_behaviors_and_missing_file(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 - :class:`LiveProgressCallback`: a progress bar with a live mean reward / episode length.
 - :class:`AtomicCheckpointCallback`: periodic checkpoints written atomically, keep-last-N.
+- :class:`SummaryCallback`: ML-Agents' ``summary_freq`` summary line and TensorBoard statistics.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import json
 import os
 import re
 import tempfile
+import time
 import zipfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -234,3 +236,75 @@ class LiveProgressCallback(BaseCallback):
             self.bar.n = min(self.model.num_timesteps - self._start, self.total_timesteps)
             self.bar.close()
             self.bar = None
+
+
+class SummaryCallback(BaseCallback):
+    """ML-Agents' periodic training summary, every ``summary_freq`` steps (its ``summary_freq``).
+
+    At each multiple of ``summary_freq`` (``model.num_timesteps``, summed over all slots, as
+    ML-Agents counts a behavior's steps) it prints the line ``mlagents-learn`` prints::
+
+        3DBall. Step: 12000. Time Elapsed: 35.120 s. Mean Reward: 1.234. Std of Reward: 0.567. Training.
+
+    over the episodes finished since the previous summary, and writes their mean reward and
+    length to TensorBoard under ML-Agents' tags (``Environment/Cumulative Reward``,
+    ``Environment/Episode Length``) when the model logs to TensorBoard. SB3's own logging
+    (once per rollout, or every ``log_interval`` episodes) is unchanged.
+
+    :param summary_freq: steps between summaries (> 0).
+    :param name: what the line starts with (ML-Agents prints the behavior name).
+    """
+
+    def __init__(self, summary_freq: int, name: str = "", verbose: int = 0) -> None:
+        super().__init__(verbose)
+        if isinstance(summary_freq, bool) or not isinstance(summary_freq, int) or summary_freq <= 0:
+            raise ValueError(f"summary_freq must be a whole number of steps > 0, got {summary_freq!r}")
+        self.summary_freq = summary_freq
+        self.name = name
+        self.rewards: list[float] = []
+        self.lengths: list[int] = []
+        self._next = summary_freq
+        self._started = time.monotonic()
+
+    def _on_training_start(self) -> None:
+        self._next = (self.model.num_timesteps // self.summary_freq + 1) * self.summary_freq
+        self._started = time.monotonic()
+
+    def _on_step(self) -> bool:
+        for info in self.locals.get("infos", ()):
+            episode = info.get("episode") if isinstance(info, dict) else None
+            if episode is not None:
+                self.rewards.append(float(episode["r"]))
+                self.lengths.append(int(episode["l"]))
+        if self.model.num_timesteps >= self._next:
+            self.write_summary(self._next)
+            self._next = (self.model.num_timesteps // self.summary_freq + 1) * self.summary_freq
+        return True
+
+    def summary_line(self, step: int) -> str:
+        """The summary of the episodes collected so far, worded as ``mlagents-learn`` words it."""
+        parts = [self.name] if self.name else []
+        parts += [f"Step: {step}", f"Time Elapsed: {time.monotonic() - self._started:0.3f} s"]
+        if self.rewards:
+            parts += [
+                f"Mean Reward: {np.mean(self.rewards):0.3f}",
+                f"Std of Reward: {np.std(self.rewards):0.3f}",
+            ]
+        else:
+            parts.append("No episode was completed since last summary")
+        return ". ".join([*parts, "Training"]) + "."
+
+    def write_summary(self, step: int) -> None:
+        """Print the summary line, write the TensorBoard statistics, and start a new window."""
+        from stable_baselines3.common.logger import TensorBoardOutputFormat
+        from tqdm.auto import tqdm
+
+        tqdm.write(self.summary_line(step))  # keeps a live progress bar intact
+        if self.rewards:
+            for output in self.logger.output_formats:
+                if isinstance(output, TensorBoardOutputFormat):
+                    output.writer.add_scalar("Environment/Cumulative Reward", np.mean(self.rewards), step)
+                    output.writer.add_scalar("Environment/Episode Length", np.mean(self.lengths), step)
+                    output.writer.flush()
+        self.rewards.clear()
+        self.lengths.clear()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 
 def _checked(key: str, value: int | float) -> int | float:
@@ -20,6 +20,20 @@ def _checked(key: str, value: int | float) -> int | float:
         return check_run_setting(key, value, "the value")
     except ValueError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _setting(key: str) -> Callable[[str], int]:
+    """An argparse type for the whole-number run setting ``key`` (checked as in the config file)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        return _checked(key, value)
+
+    parse.__name__ = key
+    return parse
 
 
 def _restart_limit(text: str) -> int:
@@ -68,8 +82,25 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
         default="player",
         help="embedded scenes: through the stand-in player over gRPC (default) or in-process",
     )
-    p.add_argument("--checkpoint-every", type=int, default=50_000, help="agent-steps between checkpoints")
-    p.add_argument("--keep-checkpoints", type=int, default=5)
+    p.add_argument(
+        "--checkpoint-every",
+        type=_setting("checkpoint_every"),
+        default=None,
+        help="agent-steps between checkpoints (default: the config's checkpoint_interval, else 50000)",
+    )
+    p.add_argument(
+        "--keep-checkpoints",
+        type=_setting("keep_checkpoints"),
+        default=None,
+        help="how many checkpoints to keep, 0 for all (default: the config's keep_checkpoints, else 5)",
+    )
+    p.add_argument(
+        "--summary-freq",
+        type=_setting("summary_freq"),
+        default=None,
+        help="print an ML-Agents-style summary (mean/std episode reward) every N agent-steps "
+        "(default: the config's summary_freq, else none)",
+    )
     p.add_argument(
         "--save-replay-buffer",
         action=argparse.BooleanOptionalAction,

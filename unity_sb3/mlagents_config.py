@@ -219,6 +219,9 @@ class MLAgentsRun:
         them (``max_restarts``, ``restarts_rate_limit_n``, ``restarts_rate_limit_period_s``);
         only the keys the config gives.
     :param save_replay_buffer: SAC's ``hyperparameters.save_replay_buffer``.
+    :param cadence: ``checkpoint_every``, ``keep_checkpoints`` and ``summary_freq`` of
+        ``unity-sb3 train`` from ML-Agents' ``checkpoint_interval``, ``keep_checkpoints`` and
+        ``summary_freq``; only the keys the config gives.
     :param rows: the mapping, one row per ML-Agents setting.
     """
 
@@ -232,6 +235,7 @@ class MLAgentsRun:
     open_kwargs: dict[str, Any] = field(default_factory=dict)
     restarts: dict[str, Any] = field(default_factory=dict)
     save_replay_buffer: bool = False
+    cadence: dict[str, int] = field(default_factory=dict)
     rows: list[MappedSetting] = field(default_factory=list)
 
     @property
@@ -268,8 +272,9 @@ class MLAgentsRun:
     def as_hyperparams(self) -> dict[str, Any]:
         """The settings in the format of :func:`unity_sb3.hyperparams.load_hyperparams`.
 
-        Restart limits and ``save_replay_buffer`` appear only when the config gives them; they
-        are run settings (:class:`unity_sb3.run.RunConfig`), not constructor arguments.
+        Restart limits, ``save_replay_buffer`` and the checkpoint / summary cadence appear only
+        when the config gives them; they are run settings (:class:`unity_sb3.run.RunConfig`), not
+        constructor arguments.
         """
         out = {
             "algo": self.algo,
@@ -283,6 +288,7 @@ class MLAgentsRun:
             out.update(self.restarts, restart_on_crash=self.restart_on_crash)
         if self.save_replay_buffer:
             out["save_replay_buffer"] = True
+        out.update(self.cadence)
         return out
 
 
@@ -765,10 +771,14 @@ def _map_trainer_misc(m: _Mapper, settings: Mapping[str, Any]) -> None:
             else "SAC stores single transitions; there are no trajectory chunks to cut"
         )
         m.ignore("time_horizon", settings["time_horizon"], why)
+    for key, target, minimum, note in _CADENCE:
+        value = settings.get(key)
+        if value is None:
+            continue
+        value = max(_number(value, key, minimum, integer=True), 0)  # ML-Agents: <= 0 keeps all
+        m.run.cadence[target] = int(value)
+        m.row(key, int(value), f"unity-sb3 train {target}={int(value)}", note)
     ignored = {
-        "summary_freq": "SB3 logs once per rollout (on-policy) or every log_interval episodes",
-        "keep_checkpoints": "use unity-sb3 train --keep-checkpoints",
-        "checkpoint_interval": "use unity-sb3 train --checkpoint-every",
         "threaded": "SB3 collects and updates in one thread",
         "init_path": "load the model with ALGO.load(path) and continue with learn()",
         "self_play": "self-play (ghost trainer) is not implemented in unity-sb3",
@@ -778,6 +788,19 @@ def _map_trainer_misc(m: _Mapper, settings: Mapping[str, Any]) -> None:
             if key == "threaded" and not settings[key]:
                 continue
             m.ignore(key, settings[key], why)
+
+
+# ML-Agents key, unity-sb3 train run setting, smallest value, note
+_CADENCE: tuple[tuple[str, str, int | None, str], ...] = (
+    ("checkpoint_interval", "checkpoint_every", 1, "agent steps between checkpoints in both"),
+    ("keep_checkpoints", "keep_checkpoints", None, "older checkpoints are deleted in both; 0 keeps all"),
+    (
+        "summary_freq",
+        "summary_freq",
+        1,
+        "mlagents-learn's summary line and Environment/* TensorBoard stats every N agent steps",
+    ),
+)
 
 
 def _map_top_level(m: _Mapper, data: Mapping[str, Any]) -> None:

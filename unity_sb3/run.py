@@ -51,7 +51,9 @@ class ResumeError(FileNotFoundError):
 # run settings a hyperparameter file (an ML-Agents YAML's env_settings, or a flat/RL Zoo file) may
 # give beside the algorithm's arguments; the command line overrides them
 RESTART_SETTINGS = ("max_restarts", "restarts_rate_limit_n", "restarts_rate_limit_period_s")
-RUN_SETTINGS = ("restart_on_crash", *RESTART_SETTINGS, "save_replay_buffer")
+#: checkpoint and summary cadence: ML-Agents' checkpoint_interval, keep_checkpoints, summary_freq
+CADENCE_SETTINGS = ("checkpoint_every", "keep_checkpoints", "summary_freq")
+RUN_SETTINGS = ("restart_on_crash", *RESTART_SETTINGS, "save_replay_buffer", *CADENCE_SETTINGS)
 
 
 @dataclass
@@ -63,6 +65,9 @@ class RunConfig:
     ``--restarts-rate-limit-period-s 60``); they apply only with ``restart_on_crash``.
     ``save_replay_buffer`` (off-policy algorithms only) writes ``checkpoints/replay_buffer.pkl``
     with each checkpoint and the final model; ``resume`` loads it when it is there.
+    ``checkpoint_every`` (agent steps), ``keep_checkpoints`` (0 keeps all) and ``summary_freq``
+    (agent steps between ML-Agents-style summary lines; ``None``: none) are ML-Agents'
+    ``checkpoint_interval``, ``keep_checkpoints`` and ``summary_freq``.
     """
 
     env: str = "Ball3D"
@@ -83,6 +88,9 @@ class RunConfig:
     restarts_rate_limit_n: int = 1
     restarts_rate_limit_period_s: float = 60.0
     save_replay_buffer: bool = False
+    checkpoint_every: int = 50_000
+    keep_checkpoints: int = 5
+    summary_freq: int | None = None
 
 
 def _plain(value: Any) -> Any:
@@ -148,8 +156,8 @@ def train(
     *,
     resume: bool = False,
     progress: bool = True,
-    checkpoint_every: int = 50_000,
-    keep_checkpoints: int = 5,
+    checkpoint_every: int | None = None,
+    keep_checkpoints: int | None = None,
     device: str = "auto",
     verbose: int = 0,
     num_threads: int | None = 1,
@@ -161,8 +169,9 @@ def train(
     :param resume: continue from the newest loadable checkpoint (or the final model) in it, with
         the replay buffer saved beside the checkpoints when there is one (off-policy algorithms).
     :param progress: show a progress bar with the live mean reward.
-    :param checkpoint_every: agent-steps between checkpoints.
-    :param keep_checkpoints: how many checkpoints to keep.
+    :param checkpoint_every: agent-steps between checkpoints (default: ``config.checkpoint_every``).
+    :param keep_checkpoints: how many checkpoints to keep, 0 for all (default:
+        ``config.keep_checkpoints``).
     :param device: torch device.
     :param verbose: SB3 verbosity.
     :param num_threads: torch CPU threads (``None``: torch's default). One is fastest for the
@@ -187,6 +196,7 @@ def train(
     from unity_sb3.callbacks import (
         AtomicCheckpointCallback,
         LiveProgressCallback,
+        SummaryCallback,
         save_atomic,
         save_replay_buffer_atomic,
     )
@@ -243,14 +253,19 @@ def train(
             _check_curriculum_step(curriculum_state, model.num_timesteps, curriculum_file)
             curriculum.load_state_dict(curriculum_state)  # lessons are loaded already; adds the reward buffer
         checkpoint = AtomicCheckpointCallback(
-            checkpoint_every,
+            config.checkpoint_every if checkpoint_every is None else checkpoint_every,
             checkpoints,
-            keep_last=keep_checkpoints,
+            keep_last=config.keep_checkpoints if keep_checkpoints is None else keep_checkpoints,
             save_replay_buffer=config.save_replay_buffer,
             on_save=save_curriculum,
         )
         # the curriculum sees each step before the checkpoint of that step saves its state
         callbacks = [*extra, checkpoint]
+        if config.summary_freq:
+            behavior = (
+                getattr(env.unwrapped, "behavior_name", None) or config.behavior or Path(config.env).name
+            )
+            callbacks.append(SummaryCallback(config.summary_freq, name=str(behavior).split("?")[0]))
         if progress:
             callbacks.append(LiveProgressCallback(max(remaining, 0)))
         interrupted = False
@@ -483,7 +498,7 @@ def load_replay_buffer_if_present(model: Any, path: str | Path) -> bool:
 def _run_settings(
     from_file: dict[str, Any], args: argparse.Namespace, where: str = "the config file"
 ) -> dict[str, Any]:
-    """Restart and replay-buffer settings: the file's, then the command line's on top.
+    """Restart, replay-buffer, checkpoint and summary settings: the file's, then the command line's on top.
 
     ``restart_on_crash`` is the command line's ``--restart-on-crash`` / ``--no-restart-on-crash``
     when given, else the file's own ``restart_on_crash``; without either, giving any restart
@@ -491,7 +506,7 @@ def _run_settings(
     as ML-Agents restarts crashed instances whenever its limits allow.
     """
     out: dict[str, Any] = {}
-    for key in (*RESTART_SETTINGS, "save_replay_buffer"):
+    for key in (*RESTART_SETTINGS, "save_replay_buffer", *CADENCE_SETTINGS):
         if key in from_file:
             out[key] = check_run_setting(key, from_file[key], f"{key} in {where}")
     file_restart = from_file.get("restart_on_crash")
@@ -502,8 +517,9 @@ def _run_settings(
         value = getattr(args, key, None)
         if value is not None:
             out[key], cli_limits = value, True
-    if getattr(args, "save_replay_buffer", None) is not None:
-        out["save_replay_buffer"] = args.save_replay_buffer
+    for key in ("save_replay_buffer", *CADENCE_SETTINGS):
+        if getattr(args, key, None) is not None:
+            out[key] = getattr(args, key)
     if getattr(args, "restart_on_crash", None) is not None:
         out["restart_on_crash"] = args.restart_on_crash
     elif file_restart is not None and not cli_limits:
@@ -518,6 +534,14 @@ def check_run_setting(key: str, value: Any, where: str) -> Any:
     if key in ("restart_on_crash", "save_replay_buffer"):
         if not isinstance(value, bool):
             raise ValueError(f"{where} must be true or false, got {value!r}")
+        return value
+    if key in ("checkpoint_every", "summary_freq"):
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ValueError(f"{where} must be a whole number of agent steps > 0, got {value!r}")
+        return value
+    if key == "keep_checkpoints":
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{where} must be a whole number >= 0 (0 keeps every checkpoint), got {value!r}")
         return value
     if key == "restarts_rate_limit_period_s":
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
@@ -544,9 +568,10 @@ def _default_env_and_algo(args: argparse.Namespace) -> None:
 def config_from_args(args: argparse.Namespace) -> RunConfig:
     """Build a :class:`RunConfig` from ``unity-sb3 train`` arguments and the hyperparameter files.
 
-    Restart limits and ``save_replay_buffer`` may come from the file (an ML-Agents YAML's
-    ``env_settings`` / SAC ``hyperparameters.save_replay_buffer``, or top-level keys of a flat
-    file); the command-line flags override them.
+    Restart limits, ``save_replay_buffer``, ``checkpoint_every``, ``keep_checkpoints`` and
+    ``summary_freq`` may come from the file (an ML-Agents YAML's ``env_settings``, SAC
+    ``hyperparameters.save_replay_buffer``, ``checkpoint_interval``, ``keep_checkpoints`` and
+    ``summary_freq``, or top-level keys of a flat file); the command-line flags override them.
     """
     _default_env_and_algo(args)
     hyper = load_hyperparams(args.algo, args.env, args.config, behavior=args.behavior)
@@ -619,8 +644,6 @@ def train_from_args(args: argparse.Namespace) -> int:
         run_dir,
         resume=args.resume,
         progress=not args.no_progress,
-        checkpoint_every=args.checkpoint_every,
-        keep_checkpoints=args.keep_checkpoints,
         device=args.device,
         verbose=args.verbose,
         num_threads=args.num_threads or None,
