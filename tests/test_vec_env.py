@@ -704,9 +704,11 @@ def test_ppo_solves_ball3d():
 
     from unity_sb3.envs import make_scene
 
-    venv = UnityVecEnv(make_scene("Ball3D", seed=1))
-    model = PPO("MlpPolicy", VecMonitor(venv), n_steps=256, batch_size=512, n_epochs=5, seed=1)
+    # normalized observations, as ML-Agents' 3DBall config (without them PPO needs ~150k steps)
+    venv = VecNormalize(VecMonitor(UnityVecEnv(make_scene("Ball3D", seed=1))), norm_reward=False)
+    model = PPO("MlpPolicy", venv, n_steps=256, batch_size=512, n_epochs=5, seed=1)
     model.learn(12 * 256 * 20)
+    venv.training = False
     obs = venv.reset()
     falls = 0
     for _ in range(1000):
