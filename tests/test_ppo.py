@@ -14,7 +14,7 @@ from stable_baselines3 import PPO as SB3PPO
 from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.logger import configure
-from stable_baselines3.common.vec_env import VecEnv
+from stable_baselines3.common.vec_env import VecEnv, VecNormalize
 
 from unity_sb3.algorithms.common import RewardSignalConfigError
 from unity_sb3.algorithms.ppo import PPO, SignalRolloutBuffer
@@ -595,7 +595,8 @@ def test_gail_from_scripted_expert_demos_learns_ball3d_without_extrinsic_reward(
     random_rate = _drop_rate(None, None, env=UnityVecEnv(envs.make_scene("Ball3D", seed=2)))
     model = PPO(
         "MlpPolicy",
-        UnityVecEnv(envs.make_scene("Ball3D", seed=0)),
+        # normalized observations, as ML-Agents' 3DBall config (GAIL normalizes the demos alike)
+        VecNormalize(UnityVecEnv(envs.make_scene("Ball3D", seed=0)), norm_reward=False),
         n_steps=128,
         batch_size=128,
         n_epochs=3,
