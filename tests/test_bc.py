@@ -597,7 +597,8 @@ def test_ppo_with_bc_reaches_the_threshold_sooner_than_ppo_alone(ball_demo: str)
             behavioral_cloning=bc,
         )
         if with_bc:
-            pretrain_bc(model, ball_demo, epochs=10, critic_warmup=True, seed=0)
+            # 30 epochs: on the faithful Ball3D 10 or 20 left PPO short of the threshold in 40k steps
+            pretrain_bc(model, ball_demo, epochs=30, critic_warmup=True, seed=0)
         reached: list[int] = []
 
         from stable_baselines3.common.callbacks import BaseCallback
