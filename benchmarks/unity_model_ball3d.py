@@ -86,12 +86,16 @@ def episode_returns(policy: str, seed: int, steps: int, model: Path) -> tuple[li
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--steps", type=int, default=3000, help="decisions per seed (1000 = one full episode)")
+    parser.add_argument(
+        "--steps", type=int, default=3000, help="decisions per seed (1000 = one full episode)"
+    )
     parser.add_argument("--model", type=Path, default=MODEL)
     parser.add_argument("--policies", nargs="+", default=["unity", "expert", "random"])
     args = parser.parse_args(argv)
     if "unity" in args.policies and not args.model.is_file():
-        print(f"Unity's model not found at {args.model} (shared/ must sit beside the checkout)", file=sys.stderr)
+        print(
+            f"Unity's model not found at {args.model} (shared/ must sit beside the checkout)", file=sys.stderr
+        )
         return 2
     rows = []
     for policy in args.policies:
