@@ -1,7 +1,7 @@
 """PPO alone vs PPO + behavioral cloning on the embedded Ball3D scene, several seeds.
 
 The scripted expert of Ball3D is recorded into a ``.demo`` file (``record_demo``); then, for
-each seed, the same PPO (hyperparameters of ``unity_sb3/hyperparams/ppo.yml``, with a shorter
+each seed, the same PPO (hyperparameters of ``unity_sb3/config/hyperparams/ppo.yml``, with a shorter
 rollout) learns the scene
 
 - ``ppo``: from scratch;
@@ -43,8 +43,8 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.vec_env import VecMonitor
 
 from unity_sb3 import PPO, UnityVecEnv, pretrain_bc
-from unity_sb3.envs import make_scene
-from unity_sb3.unity.demo import record_demo
+from unity_sb3.demos.reader import record_demo
+from unity_sb3.scenes import make_scene
 
 VARIANTS = ("ppo", "ppo+bc", "pretrain+ppo+bc")
 DECISION_PERIOD = 5  # Ball3D: physics steps per decision; +0.1 reward per decision

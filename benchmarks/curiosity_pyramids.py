@@ -35,8 +35,8 @@ from _common import RESULTS_DIR, print_table, write_results
 from _curves import EpisodeRecorder, plot_curves, run_tasks, windowed_mean
 
 from unity_sb3 import PPO, UnityVecEnv
-from unity_sb3.envs import make_scene
-from unity_sb3.envs.pyramids import PyramidsLite
+from unity_sb3.scenes import make_scene
+from unity_sb3.scenes.pyramids import PyramidsLite
 
 # ML-Agents' Pyramids configs use curiosity strength 0.02 (lr 3e-4) and RND strength 0.01 (lr 1e-4)
 # over millions of steps. Within a budget of a few hundred thousand steps the signals need more

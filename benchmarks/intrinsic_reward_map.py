@@ -26,9 +26,9 @@ from _common import print_table, write_results
 from curiosity_pyramids import make_model
 
 from unity_sb3 import PPO, UnityVecEnv
-from unity_sb3.envs import make_scene
-from unity_sb3.envs._grid import STAY
-from unity_sb3.envs.pyramids import POS_X, POS_Y, SWITCH_STATE
+from unity_sb3.scenes import make_scene
+from unity_sb3.scenes._grid import STAY
+from unity_sb3.scenes.pyramids import POS_X, POS_Y, SWITCH_STATE
 
 BUCKETS = (1, 5, 20, 100)
 

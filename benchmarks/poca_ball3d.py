@@ -30,7 +30,7 @@ from _common import RESULTS_DIR, print_table, write_results
 from _curves import EpisodeRecorder, plot_curves, run_tasks, windowed_mean
 
 from unity_sb3 import POCA, PPO, UnityVecEnv
-from unity_sb3.envs import make_scene
+from unity_sb3.scenes import make_scene
 
 SETTINGS: dict[str, Any] = {
     "n_steps": 256,

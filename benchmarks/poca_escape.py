@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _curves import run_tasks
 
 from unity_sb3 import POCA, PPO, UnityVecEnv
-from unity_sb3.envs import make_scene
+from unity_sb3.scenes import make_scene
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

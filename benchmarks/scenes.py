@@ -34,9 +34,9 @@ from mlagents_envs.base_env import ActionTuple, BaseEnv, BehaviorSpec, DecisionS
 from mlagents_envs.environment import UnityEnvironment
 from mlagents_envs.side_channel.stats_side_channel import StatsSideChannel
 
-from unity_sb3.unity.player import write_launcher
+from unity_sb3.scenes.player.server import write_launcher
 
-PROTOCOL_SCENE = "unity_sb3.unity.player_testing:make_protocol_test_scene"
+PROTOCOL_SCENE = "unity_sb3.scenes.protocol_test:make_protocol_test_scene"
 
 
 def random_actions(spec: BehaviorSpec, steps: DecisionSteps, rng: np.random.Generator) -> ActionTuple:
@@ -76,10 +76,10 @@ def run(env: BaseEnv, steps: int, seed: int) -> dict[str, float]:
 
 def make_reference(scene: str, seed: int) -> BaseEnv:
     if scene == PROTOCOL_SCENE:
-        from unity_sb3.unity.player_testing import make_protocol_test_scene
+        from unity_sb3.scenes.protocol_test import make_protocol_test_scene
 
         return make_protocol_test_scene(seed=seed)
-    from unity_sb3.envs import make_scene
+    from unity_sb3.scenes import make_scene
 
     return make_scene(scene, seed=seed)
 
@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--base-port", type=int, default=6305)
     args = parser.parse_args(argv)
 
-    from unity_sb3.envs import list_scenes
+    from unity_sb3.scenes import list_scenes
 
     scenes = args.scenes or list_scenes()
     if args.protocol_scene:

@@ -26,7 +26,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import print_table, write_results
 
-from unity_sb3.envs import make_scene
+from unity_sb3.scenes import make_scene
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = ROOT.parent / "shared" / "data" / "models" / "3DBall.onnx"

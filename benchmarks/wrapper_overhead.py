@@ -43,7 +43,7 @@ import unity_sb3  # noqa: F401  (first: makes mlagents_envs import on protobuf >
 from _common import print_table, write_results
 from mlagents_envs.base_env import ActionTuple, BaseEnv
 
-from unity_sb3.unity.connect import open_unity
+from unity_sb3.open import open_unity
 from unity_sb3.wrappers.vec_env import UnityVecEnv
 
 SCENE = "Ball3D"

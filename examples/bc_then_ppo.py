@@ -27,8 +27,8 @@ from stable_baselines3.common.evaluation import evaluate_policy
 from stable_baselines3.common.vec_env import VecMonitor
 
 import unity_sb3
-from unity_sb3.envs import make_scene
-from unity_sb3.unity.demo import describe_demo, record_demo
+from unity_sb3.demos import describe_demo, record_demo
+from unity_sb3.scenes import make_scene
 
 
 def record_expert(path: Path, n_records: int, max_steps: int, seed: int) -> None:

@@ -26,8 +26,8 @@ from collections.abc import Callable
 import numpy as np
 
 import unity_sb3
-from unity_sb3.algorithms.poca import PettingZooVecEnv
-from unity_sb3.envs import make_scene
+from unity_sb3.scenes import make_scene
+from unity_sb3.wrappers.pettingzoo_vec_env import PettingZooVecEnv
 
 Policy = Callable[[dict, dict], dict]  # (observations, infos) -> {agent name: action}
 

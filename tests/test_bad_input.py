@@ -23,8 +23,9 @@ from hypothesis import strategies as st
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from ports import free_base_port
-from scripted_env import ScriptedAgent, ScriptedBehavior, ScriptedEnv
 from test_reliability import faulty_factory
+
+from unity_sb3.scenes.scripted import ScriptedAgent, ScriptedBehavior, ScriptedEnv
 
 from mlagents_envs.base_env import (  # isort: skip
     ActionSpec,
@@ -202,7 +203,7 @@ def test_pettingzoo_unknown_behavior():
     ],
 )
 def test_misspelt_hyperparameter_gets_a_did_you_mean(algo, key, close):
-    from unity_sb3.mlagents_config import prepare_model_args
+    from unity_sb3.config.model_args import prepare_model_args
 
     venv = UnityVecEnv("Escape" if algo == "poca" else "Ball3D", open_kwargs={})
     try:
@@ -240,7 +241,7 @@ def test_corrupt_demo_into_behavioral_cloning(tmp_path, demo_dir):
     from stable_baselines3 import PPO
 
     from unity_sb3.algorithms.bc import pretrain_bc
-    from unity_sb3.unity.demo_format import DemoFormatError
+    from unity_sb3.demos.format import DemoFormatError
 
     data = bytearray((demo_dir / "Expert3DBall.demo").read_bytes())
     broken = tmp_path / "broken.demo"

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from mlagents_envs.base_env import ActionTuple
 
-from unity_sb3.envs import make_scene
-from unity_sb3.envs.ball3d import Ball3D, rotation_matrices
+from unity_sb3.scenes import make_scene
+from unity_sb3.scenes.ball3d import Ball3D, rotation_matrices
 
 BEHAVIOR = "3DBall?team=0"
 MODEL = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "models" / "3DBall.onnx"
@@ -199,7 +199,7 @@ def test_one_decision_ahead_matches_unity_recording(demo_dir):
     ball's position and velocity; the rest is rebuilt (quaternion y from the x-then-z start, the
     spin of a rolling ball).
     """
-    from unity_sb3.unity.demo import load_demo
+    from unity_sb3.demos.reader import load_demo
 
     demo = load_demo(demo_dir / "Expert3DBall.demo")
     obs = demo.observations[0].astype(np.float64)

@@ -13,8 +13,8 @@ import unity_sb3  # noqa: F401  (first: makes mlagents_envs import on protobuf >
 # isort: on
 from mlagents_envs.base_env import ActionTuple, DimensionProperty, ObservationType
 
-from unity_sb3.envs import make_scene
-from unity_sb3.envs.basic import LARGE_GOAL, SMALL_GOAL, START
+from unity_sb3.scenes import make_scene
+from unity_sb3.scenes.basic import LARGE_GOAL, SMALL_GOAL, START
 from unity_sb3.wrappers.gym_env import UnityGymEnv
 
 BEHAVIOR = "Basic?team=0"
@@ -132,7 +132,7 @@ def test_replays_unitys_expert_demo(demo_dir):
     DecisionSteps: the demo determines the rewards, the episode ends and every decision's
     observation, not the terminal observation.
     """
-    from unity_sb3.unity.demo import load_demo
+    from unity_sb3.demos.reader import load_demo
 
     demo = load_demo(demo_dir / "ExpertBasic.demo")
     obs, actions, rewards, dones = demo.observations[0], demo.discrete_actions, demo.rewards, demo.dones

@@ -15,9 +15,9 @@ import unity_sb3
 from unity_sb3 import PPO, SAC, UnityVecEnv, load_demo, pretrain_bc
 from unity_sb3.algorithms.bc import BCData, bc_data, make_adapter
 from unity_sb3.algorithms.bc.pretrain import Sampler, split_indices
-from unity_sb3.algorithms.common import RewardSignalConfigError
-from unity_sb3.envs import make_scene
-from unity_sb3.unity.demo import DemoSpecError, record_demo
+from unity_sb3.algorithms.reward_signals.settings import RewardSignalConfigError
+from unity_sb3.demos.reader import DemoSpecError, record_demo
+from unity_sb3.scenes import make_scene
 
 BALL_MAX_STEPS = 500  # physics steps: 100 decisions, perfect score 10
 

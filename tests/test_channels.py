@@ -20,19 +20,17 @@ import numpy as np
 import pytest
 from stable_baselines3.common.logger import configure
 
-from unity_sb3.unity.channels import (
+from unity_sb3.callbacks.stats import StatsCallback
+from unity_sb3.unity.channels import EngineSettings, UnityChannels, find_channels
+from unity_sb3.unity.errors import UnityConfigurationError
+from unity_sb3.unity.parameters import (
     ConstantSampler,
-    EngineSettings,
     EnvironmentParameters,
     GaussianSampler,
     MultiRangeUniformSampler,
-    StatsCallback,
     UniformSampler,
-    UnityChannels,
-    find_channels,
     parse_sampler,
 )
-from unity_sb3.unity.errors import UnityConfigurationError
 
 from mlagents_envs.side_channel.engine_configuration_channel import EngineConfigurationChannel  # isort: skip
 from mlagents_envs.side_channel.raw_bytes_channel import RawBytesChannel  # isort: skip
@@ -573,7 +571,7 @@ def test_curriculum_state_round_trip_through_json() -> None:
 
 
 def test_loaded_lessons_reach_the_embedded_scene() -> None:
-    from unity_sb3.unity.connect import open_unity
+    from unity_sb3.open import open_unity
 
     params = EnvironmentParameters(scale_curriculum())
     params.load_state_dict(medium_state())
@@ -669,8 +667,8 @@ def test_curriculum_callback_resumes_inside_ppo(tmp_path) -> None:
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.vec_env import VecMonitor
 
-    from unity_sb3.unity.channels import CurriculumCallback
-    from unity_sb3.unity.connect import open_unity
+    from unity_sb3.callbacks.curriculum import CurriculumCallback
+    from unity_sb3.open import open_unity
     from unity_sb3.wrappers.vec_env import UnityVecEnv
 
     env = open_unity("Ball3D", transport="inprocess", num_agents=2, environment_parameters=scale_curriculum())
@@ -717,7 +715,7 @@ def test_curriculum_callback_resumes_inside_ppo(tmp_path) -> None:
 
 
 def test_curriculum_callback_load_with_parameters_queues_values_at_once() -> None:
-    from unity_sb3.unity.channels import CurriculumCallback
+    from unity_sb3.callbacks.curriculum import CurriculumCallback
 
     channels = UnityChannels()
     callback = CurriculumCallback(scale_curriculum(), channels=channels)
@@ -732,7 +730,7 @@ def test_curriculum_callback_load_with_parameters_queues_values_at_once() -> Non
 
 
 def test_curriculum_callback_resends_values_to_a_restarted_instance(tmp_path) -> None:
-    from unity_sb3.unity.channels import CurriculumCallback
+    from unity_sb3.callbacks.curriculum import CurriculumCallback
 
     first = UnityChannels()
     env = SimpleNamespace(unity_sb3_channels=first, num_envs=1)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from unity_sb3.callbacks import list_checkpoints
+from unity_sb3.callbacks.checkpoint import list_checkpoints
 from unity_sb3.cli import build_parser, main
 from unity_sb3.unity.errors import UnityConfigurationError
 
@@ -88,7 +88,7 @@ def test_train_through_the_player(tmp_path: Path, config: Path) -> None:
 
 
 def test_scenes_lists_every_scene(capsys) -> None:
-    from unity_sb3.envs import list_scenes
+    from unity_sb3.scenes import list_scenes
 
     assert main(["scenes"]) == 0
     out = capsys.readouterr().out
@@ -366,7 +366,7 @@ def test_replay_buffer_of_another_step_is_skipped(tmp_path: Path) -> None:
     # the newer model does not belong to it
     from stable_baselines3 import SAC
 
-    from unity_sb3.callbacks import save_replay_buffer_atomic
+    from unity_sb3.callbacks.checkpoint import save_replay_buffer_atomic
     from unity_sb3.run import load_replay_buffer_if_present
 
     newer = SAC("MlpPolicy", "Pendulum-v1", buffer_size=100, learning_starts=10)
@@ -386,7 +386,7 @@ def _crash_once_at(monkeypatch, call: int) -> None:
     """Make every embedded scene's ``step`` raise a Unity communication error once, at ``call``."""
     from mlagents_envs.exception import UnityCommunicationException
 
-    from unity_sb3.envs.base import EmbeddedScene
+    from unity_sb3.scenes.base import EmbeddedScene
 
     real_step, calls = EmbeddedScene.step, [0]
 
@@ -414,7 +414,9 @@ def test_restart_on_crash_through_the_command(tmp_path: Path, config: Path, monk
 
 # ------------------------------------------------------------------ curriculum state and --resume
 # the tiny ML-Agents config maps with warnings about settings SB3 cannot honour
-QUIET_MLAGENTS_CONFIG = pytest.mark.filterwarnings("ignore::unity_sb3.mlagents_config.MLAgentsConfigWarning")
+QUIET_MLAGENTS_CONFIG = pytest.mark.filterwarnings(
+    "ignore::unity_sb3.config.mlagents_schema.MLAgentsConfigWarning"
+)
 
 
 def _curriculum_yaml(path: Path, lessons: tuple[str, ...] = ("small", "medium", "large")) -> Path:
@@ -443,7 +445,7 @@ def _curriculum_yaml(path: Path, lessons: tuple[str, ...] = ("small", "medium", 
 
 def _record_scene_resets(monkeypatch) -> list[object]:
     """The ``scale`` each embedded-scene reset ran with (what Unity received before it)."""
-    from unity_sb3.envs.base import EmbeddedScene
+    from unity_sb3.scenes.base import EmbeddedScene
 
     real_reset, seen = EmbeddedScene.reset, []
 
@@ -484,7 +486,7 @@ def test_curriculum_lessons_survive_resume(tmp_path: Path, monkeypatch, capsys) 
 def test_ctrl_c_saves_the_curriculum_with_its_checkpoint(tmp_path: Path, monkeypatch) -> None:
     import json
 
-    from unity_sb3.envs.base import EmbeddedScene
+    from unity_sb3.scenes.base import EmbeddedScene
 
     real_step, calls = EmbeddedScene.step, [0]
 

@@ -29,7 +29,7 @@ from pettingzoo.test import api_test, parallel_api_test
 from stable_baselines3.common.env_checker import check_env as sb3_check_env
 
 import unity_sb3  # noqa: F401  (protobuf compat before mlagents_envs)
-from unity_sb3.envs import make_scene
+from unity_sb3.scenes import make_scene
 from unity_sb3.unity.errors import UnityConfigurationError
 from unity_sb3.wrappers._steps import StepReader
 from unity_sb3.wrappers.gym_env import UnityGymEnv
@@ -490,7 +490,8 @@ def test_poca_trains_on_unity_vec_env(case):
     "case", ["Escape-tuples", "Escape-regroup", "Ball3D-reused-ids", "Ball3D-spawn-mid-episode"]
 )
 def test_poca_trains_through_pettingzoo(case):
-    from unity_sb3.algorithms.poca import POCA, PettingZooVecEnv
+    from unity_sb3.algorithms.poca import POCA
+    from unity_sb3.wrappers.pettingzoo_vec_env import PettingZooVecEnv
 
     # max_agents: possible_agents (PettingZooVecEnv's slots) must include agents that come later
     env = UnityParallelEnv(make(case), action_masks=False, max_agents=AGENTS[CASES[case][0]])
@@ -500,7 +501,7 @@ def test_poca_trains_through_pettingzoo(case):
 
 
 def test_pettingzoo_slots_too_few_for_a_late_agent_is_explained():
-    from unity_sb3.algorithms.poca import PettingZooVecEnv
+    from unity_sb3.wrappers.pettingzoo_vec_env import PettingZooVecEnv
 
     venv = PettingZooVecEnv(UnityParallelEnv(make("Ball3D-spawn-mid-episode"), action_masks=False))
     venv.reset()

@@ -24,14 +24,10 @@ import numpy as np
 import pytest
 from ports import free_base_port
 
+from unity_sb3.open import open_unity
 from unity_sb3.unity import connect
 from unity_sb3.unity.channels import EngineSettings, UnityChannels
-from unity_sb3.unity.connect import (
-    LocalUnityEnvironment,
-    LoopbackRpcCommunicator,
-    open_unity,
-    resolve_executable,
-)
+from unity_sb3.unity.connect import LocalUnityEnvironment, LoopbackRpcCommunicator
 from unity_sb3.unity.errors import (
     UnityConfigurationError,
     UnityExecutableError,
@@ -41,6 +37,7 @@ from unity_sb3.unity.errors import (
     UnityTimeoutError,
     UnityVersionError,
 )
+from unity_sb3.unity.executable import resolve_executable
 
 from mlagents_envs.base_env import ActionTuple  # isort: skip
 from mlagents_envs.exception import UnityCommunicatorStoppedException  # isort: skip
@@ -401,7 +398,7 @@ def test_user_side_channels_are_used(fake_unity) -> None:
 
 # ------------------------------------------------------------------ embedded scenes
 def test_scene_inprocess_gets_channels_and_seed(monkeypatch) -> None:
-    import unity_sb3.envs as envs
+    import unity_sb3.scenes as envs
 
     calls = {}
 
@@ -422,7 +419,7 @@ def test_scene_inprocess_gets_channels_and_seed(monkeypatch) -> None:
 
 
 def test_real_scene_inprocess() -> None:
-    envs = pytest.importorskip("unity_sb3.envs")
+    envs = pytest.importorskip("unity_sb3.scenes")
     if "Ball3D" not in envs.list_scenes():
         pytest.skip("Ball3D scene not available")
     env = open_unity("Ball3D", num_agents=2, environment_parameters={"scale": 1.0})
@@ -436,7 +433,7 @@ def test_real_scene_inprocess() -> None:
 
 @pytest.mark.player
 def test_real_scene_through_stand_in_player() -> None:
-    envs = pytest.importorskip("unity_sb3.envs")
+    envs = pytest.importorskip("unity_sb3.scenes")
     if "Ball3D" not in envs.list_scenes():
         pytest.skip("Ball3D scene not available")
     env = open_unity("Ball3D", transport="player", base_port=free_base_port(4), num_agents=2, timeout_wait=60)

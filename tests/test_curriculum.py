@@ -13,13 +13,10 @@ import pytest
 from stable_baselines3.common.logger import configure
 from stable_baselines3.common.vec_env import DummyVecEnv
 
-from unity_sb3.unity.channels import (
-    CompletionCriteria,
-    CurriculumCallback,
-    EnvironmentParameters,
-    UnityChannels,
-)
+from unity_sb3.callbacks.curriculum import CurriculumCallback
+from unity_sb3.unity.channels import UnityChannels
 from unity_sb3.unity.errors import UnityConfigurationError
+from unity_sb3.unity.parameters import CompletionCriteria, EnvironmentParameters
 
 
 def criteria(**kwargs) -> CompletionCriteria:

@@ -208,7 +208,7 @@ class _GroupRewardParallelEnv:
 
 def test_pettingzoo_adapter_passes_group_rewards_on():
     """What pettingzoo_escape.py relies on: Escape's reward is all group reward, and POCA must see it."""
-    from unity_sb3.algorithms.poca import PettingZooVecEnv
+    from unity_sb3.wrappers.pettingzoo_vec_env import PettingZooVecEnv
 
     venv = PettingZooVecEnv(_GroupRewardParallelEnv())
     venv.reset()

@@ -623,7 +623,7 @@ class SmallCnn(BaseFeaturesExtractor):
 def test_exported_model_drives_an_embedded_scene(tmp_path):
     # GridWorld (visual k/255 pixels + goal signal + action masks) stepped by the ONNX model as
     # Unity's ModelRunner would: DecisionSteps in Unity's layout, masks inverted to 1 = allowed
-    from unity_sb3.envs import make_scene
+    from unity_sb3.scenes import make_scene
     from unity_sb3.unity.compat import channel_axis
 
     scene = make_scene("GridWorld", num_agents=4)
@@ -674,7 +674,7 @@ def test_cli_export_of_a_run_folder(tmp_path, capsys):
     import yaml
 
     from unity_sb3.cli import main
-    from unity_sb3.envs import make_scene
+    from unity_sb3.scenes import make_scene
 
     scene = make_scene("Ball3D")
     spec = next(iter(scene.behavior_specs.values()))

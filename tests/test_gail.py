@@ -15,14 +15,14 @@ from mlagents_envs.base_env import (
     ObservationSpec,
     ObservationType,
 )
-from scripted_env import DEFAULT_BEHAVIOR, ScriptedAgent, ScriptedBehavior, ScriptedEnv
 
 from unity_sb3 import PPO, SAC, UnityVecEnv, load_demo
-from unity_sb3.algorithms.common import RewardSignalConfigError, parse_reward_signals
 from unity_sb3.algorithms.reward_signals import GAILSignal
-from unity_sb3.envs import make_scene
+from unity_sb3.algorithms.reward_signals.settings import RewardSignalConfigError, parse_reward_signals
+from unity_sb3.demos.reader import record_demo
+from unity_sb3.scenes import make_scene
+from unity_sb3.scenes.scripted import DEFAULT_BEHAVIOR, ScriptedAgent, ScriptedBehavior, ScriptedEnv
 from unity_sb3.spaces import discrete_to_box
-from unity_sb3.unity.demo import record_demo
 
 SMALL = {"hidden_units": 16, "num_layers": 1}
 GRID = {"num_agents": 2, "image_size": 36, "grid_size": 5}

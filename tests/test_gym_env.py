@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env as gym_check_env
 from mlagents_envs.base_env import ActionSpec, ActionTuple
-from scripted_env import DEFAULT_BEHAVIOR, ScriptedAgent, ScriptedBehavior, ScriptedEnv
 from stable_baselines3.common.env_checker import check_env as sb3_check_env
 
-from unity_sb3.envs import list_scenes
+from unity_sb3.scenes import list_scenes
+from unity_sb3.scenes.scripted import DEFAULT_BEHAVIOR, ScriptedAgent, ScriptedBehavior, ScriptedEnv
 from unity_sb3.unity.errors import UnityConfigurationError
 from unity_sb3.wrappers.gym_env import UnityGymEnv, image_to_rgb, split_behavior_name
 
@@ -352,7 +352,7 @@ def test_bad_inputs_are_explained():
 # ---------------------------------------------------------------------- embedded scenes
 def embedded_scene(name: str, **params):
     """An embedded scene, skipping when that scene is not in this checkout yet."""
-    from unity_sb3.envs import make_scene
+    from unity_sb3.scenes import make_scene
 
     try:
         return make_scene(name, seed=0, **params)

@@ -1,4 +1,4 @@
-"""Visual encoders (``unity_sb3.networks``): shapes, errors, SB3 algorithms, POCA, ONNX export, GridWorld."""
+"""Visual encoders (``unity_sb3.networks.extractors``): shapes, errors, SB3 algorithms, POCA, ONNX export, GridWorld."""
 
 from __future__ import annotations
 
@@ -18,7 +18,13 @@ from sb3_contrib import MaskablePPO, RecurrentPPO
 from stable_baselines3 import PPO, SAC
 from stable_baselines3.common.vec_env import DummyVecEnv
 
-from unity_sb3.networks import ENCODERS, MIN_RESOLUTION, UnityCnn, UnityMultiInputExtractor, encoders_for
+from unity_sb3.networks.extractors import (
+    ENCODERS,
+    MIN_RESOLUTION,
+    UnityCnn,
+    UnityMultiInputExtractor,
+    encoders_for,
+)
 
 NONE, TE = DimensionProperty.NONE, DimensionProperty.TRANSLATIONAL_EQUIVARIANCE
 KWARGS = dict(encoder="simple", cnn_output_dim=16)
@@ -371,7 +377,7 @@ def test_onnx_export_of_maskable_ppo_matches_predict(tmp_path, encoder: str, goa
 
 
 def test_policy_kwargs_strings_can_name_the_extractors() -> None:
-    from unity_sb3.hyperparams import parse_policy_kwargs
+    from unity_sb3.config.model_args import parse_policy_kwargs
 
     kwargs = parse_policy_kwargs(
         "dict(features_extractor_class=UnityMultiInputExtractor, features_extractor_kwargs=dict(encoder='resnet'))"
@@ -388,8 +394,8 @@ def test_mlagents_vis_encode_type_maps_to_the_encoder(encoder: str) -> None:
 
     import yaml
 
-    from unity_sb3.hyperparams import parse_policy_kwargs
-    from unity_sb3.mlagents_config import convert_mlagents_config
+    from unity_sb3.config.mlagents import convert_mlagents_config
+    from unity_sb3.config.model_args import parse_policy_kwargs
 
     config = yaml.safe_load(
         (Path(__file__).parent / "data" / "mlagents_configs" / "3DBall_ppo.yaml").read_text()
@@ -407,8 +413,8 @@ def test_gridworld_hyperparams_use_the_extractor_at_32_pixels_and_train(algo: st
     # the fast check that the shipped GridWorld settings build and train; learning: the slow test below
     import unity_sb3
     from unity_sb3.algorithms.registry import algorithm_class
-    from unity_sb3.hyperparams import load_hyperparams
-    from unity_sb3.mlagents_config import prepare_model_args
+    from unity_sb3.config.hyperparams import load_hyperparams
+    from unity_sb3.config.model_args import prepare_model_args
 
     params = load_hyperparams(algo, "GridWorld")
     assert "image_size" not in (params.get("open_kwargs") or {})  # the scene's own 32x32

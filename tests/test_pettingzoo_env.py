@@ -10,9 +10,9 @@ from gymnasium import spaces
 from mlagents_envs.base_env import ActionSpec
 from pettingzoo import AECEnv, ParallelEnv
 from pettingzoo.test import api_test, parallel_api_test
-from scripted_env import ScriptedAgent, ScriptedBehavior, ScriptedEnv
 
-from unity_sb3.envs import list_scenes
+from unity_sb3.scenes import list_scenes
+from unity_sb3.scenes.scripted import ScriptedAgent, ScriptedBehavior, ScriptedEnv
 from unity_sb3.unity.errors import UnityConfigurationError
 from unity_sb3.wrappers.pettingzoo_env import UnityAECEnv, UnityParallelEnv
 
@@ -334,7 +334,7 @@ def test_bad_behavior_names():
 
 # ---------------------------------------------------------------------- embedded scenes
 def embedded_scene(name: str, **params):
-    from unity_sb3.envs import make_scene
+    from unity_sb3.scenes import make_scene
 
     try:
         return make_scene(name, seed=0, **params)

@@ -11,8 +11,9 @@ from gymnasium import spaces
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.vec_env import VecEnv
 
-from unity_sb3.algorithms.poca import POCA, PettingZooVecEnv
+from unity_sb3.algorithms.poca import POCA
 from unity_sb3.algorithms.poca.buffers import POCARolloutBuffer
+from unity_sb3.wrappers.pettingzoo_vec_env import PettingZooVecEnv
 
 
 class SacrificeVecEnv(VecEnv):
@@ -403,9 +404,8 @@ def test_poca_silences_the_plain_sb3_inactive_warning():
 
 
 def _scripted_group(agents, **kwargs):
-    from scripted_env import ScriptedEnv
-
     from unity_sb3 import UnityVecEnv
+    from unity_sb3.scenes.scripted import ScriptedEnv
 
     return UnityVecEnv(ScriptedEnv(agents), **kwargs)
 
@@ -415,7 +415,7 @@ def test_group_reward_counts_once_per_agent_per_step(add_group_reward):
     """3 agents in one group, individual reward 0.5 and group reward 1 per step: each agent's
     team reward is 3 * 0.5 + 1 = 2.5 whether or not the env also put the group reward into the
     reward (before: 3 * 1.5 = 4.5 with add_group_reward=True)."""
-    from scripted_env import ScriptedAgent
+    from unity_sb3.scenes.scripted import ScriptedAgent
 
     agents = [ScriptedAgent(reward=0.5, group_id=1, group_reward=1.0) for _ in range(3)]
     venv = _scripted_group(agents, add_group_reward=add_group_reward)
@@ -429,8 +429,9 @@ def test_group_reward_counts_once_per_agent_per_step(add_group_reward):
 
 
 def test_group_reward_added_by_a_normalizing_wrapper_is_refused():
-    from scripted_env import ScriptedAgent
     from stable_baselines3.common.vec_env import VecNormalize
+
+    from unity_sb3.scenes.scripted import ScriptedAgent
 
     venv = _scripted_group([ScriptedAgent(group_id=1, group_reward=1.0)] * 2, add_group_reward=True)
     model = POCA("MlpPolicy", VecNormalize(venv, norm_reward=True), **SMALL)
@@ -442,7 +443,7 @@ def test_group_reward_added_by_a_normalizing_wrapper_is_refused():
 def test_alive_groupmate_between_decisions_stays_in_critic_and_baseline():
     """Two groupmates decide on alternate steps: each decision sees the other with its last
     observation and action, in V and in the baseline, across rollout boundaries too."""
-    from scripted_env import ScriptedAgent
+    from unity_sb3.scenes.scripted import ScriptedAgent
 
     agents = [ScriptedAgent(period=2, group_id=1), ScriptedAgent(period=2, start=1, group_id=1)]
     venv = _scripted_group(agents, num_slots=2)
@@ -489,8 +490,9 @@ def test_dead_groupmate_leaves_the_critic():
 def test_first_step_after_reset_reads_reset_infos_through_wrappers(wrapper):
     """The slot whose agent has not asked yet at reset is inactive in the first row, and the
     other slot's first decision is in its group (before: every slot active and ungrouped)."""
-    from scripted_env import ScriptedAgent
     from stable_baselines3.common import vec_env
+
+    from unity_sb3.scenes.scripted import ScriptedAgent
 
     agents = [ScriptedAgent(period=2, group_id=1), ScriptedAgent(period=2, start=1, group_id=1)]
     venv = _scripted_group(agents, num_slots=2)

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from unity_sb3.unity.connect import open_unity
+from unity_sb3.open import open_unity
 from unity_sb3.unity.errors import UnityConfigurationError, UnityPortInUseError
 from unity_sb3.wrappers.vec_env import UnityVecEnv
 
@@ -178,7 +178,7 @@ def test_vec_env_ports_out_of_range_are_refused_and_nothing_is_left_open(tmp_pat
 @pytest.mark.parametrize("port", ["0", "70000", "-1", "http"])
 def test_player_refuses_a_bad_port(port):
     result = subprocess.run(
-        [sys.executable, "-m", "unity_sb3.unity.player", "Ball3D", "--mlagents-port", port],
+        [sys.executable, "-m", "unity_sb3.scenes.player", "Ball3D", "--mlagents-port", port],
         capture_output=True,
         text=True,
         timeout=60,

@@ -16,8 +16,9 @@ from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.logger import configure
 from stable_baselines3.common.vec_env import VecEnv, VecNormalize
 
-from unity_sb3.algorithms.common import RewardSignalConfigError
-from unity_sb3.algorithms.ppo import PPO, SignalRolloutBuffer
+from unity_sb3.algorithms.ppo.buffers import SignalRolloutBuffer
+from unity_sb3.algorithms.ppo.ppo import PPO
+from unity_sb3.algorithms.reward_signals.settings import RewardSignalConfigError
 
 SMALL = {"hidden_units": 16, "num_layers": 1}
 FAST = {"n_steps": 32, "batch_size": 32, "n_epochs": 2, "seed": 0, "policy_kwargs": {"net_arch": [16]}}
@@ -453,7 +454,7 @@ def test_gail_learns_cartpole_from_expert_demos_without_extrinsic_reward():
 
 # ---------------------------------------------------------------- PyramidsLite through UnityVecEnv (slow)
 def _pyramids_env(seed: int, **params):
-    envs = pytest.importorskip("unity_sb3.envs")
+    envs = pytest.importorskip("unity_sb3.scenes")
     from stable_baselines3.common.vec_env import VecMonitor
 
     from unity_sb3 import UnityVecEnv
@@ -583,8 +584,8 @@ def _drop_rate(model, steps: int | None, env=None, n: int = 4000) -> float:
 
 @pytest.mark.slow
 def test_gail_from_scripted_expert_demos_learns_ball3d_without_extrinsic_reward(tmp_path):
-    envs = pytest.importorskip("unity_sb3.envs")
-    writer = pytest.importorskip("unity_sb3.unity.demo_writer")
+    envs = pytest.importorskip("unity_sb3.scenes")
+    writer = pytest.importorskip("unity_sb3.demos.writer")
     from unity_sb3 import UnityVecEnv
 
     scene = envs.make_scene("Ball3D", seed=1)
@@ -633,10 +634,10 @@ def test_on_a_unity_vec_env_plain_ppo_skips_inactive_steps():
 def test_first_step_after_reset_reads_reset_infos_through_wrappers(wrapper):
     """A slot whose agent has not asked yet at reset is inactive in the first row, though the
     wrappers' own reset_infos are empty (before: the first row treated every slot as active)."""
-    from scripted_env import ScriptedAgent, ScriptedEnv
     from stable_baselines3.common import vec_env
 
     from unity_sb3 import UnityVecEnv
+    from unity_sb3.scenes.scripted import ScriptedAgent, ScriptedEnv
 
     venv = UnityVecEnv(ScriptedEnv([ScriptedAgent(period=2), ScriptedAgent(period=2, start=1)]), num_slots=2)
     assert [info["active"] for info in venv.reset_infos] == [True, False]

@@ -18,12 +18,12 @@ ray = pytest.importorskip("ray", reason="RayUnityVecEnv needs the 'ray' extra (p
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import scripted_env  # noqa: E402
-from scripted_env import ScriptedAgent, ScriptedBehavior, ScriptedEnv  # noqa: E402
+from unity_sb3.scenes import scripted as scripted_env  # noqa: E402
+from unity_sb3.scenes.scripted import ScriptedAgent, ScriptedBehavior, ScriptedEnv  # noqa: E402
 
 from mlagents_envs.base_env import ActionSpec  # noqa: E402  # isort: skip
 
-from unity_sb3.unity.connect import open_unity  # noqa: E402
+from unity_sb3.open import open_unity  # noqa: E402
 from unity_sb3.unity.errors import UnityConfigurationError, UnityProcessError  # noqa: E402
 from unity_sb3.wrappers.ray_vec_env import RayUnityVecEnv  # noqa: E402
 from unity_sb3.wrappers.vec_env import UnityVecEnv  # noqa: E402
@@ -271,7 +271,7 @@ def test_proxy_behaves_like_the_env_in_the_actor():
     from mlagents_envs.base_env import ActionTuple
     from mlagents_envs.exception import UnityActionException
 
-    from unity_sb3.unity.ray_actor import RayActorSource
+    from unity_sb3.wrappers.ray_actor import RayActorSource
 
     kwargs = {"transport": "inprocess", "num_agents": 3, "seed": 4}
     source = RayActorSource("Ball3D", worker_id=0, open_kwargs=kwargs, actor_options=ACTOR)
@@ -291,7 +291,9 @@ def test_proxy_behaves_like_the_env_in_the_actor():
             for env in (proxy, local):
                 env.set_actions(name, actions)
                 if len(dec):  # a ball that fell between decisions gives a step with terminals only
-                    env.set_action_for_agent(name, int(dec.agent_id[0]), ActionTuple(continuous=np.ones((1, 2))))
+                    env.set_action_for_agent(
+                        name, int(dec.agent_id[0]), ActionTuple(continuous=np.ones((1, 2)))
+                    )
                 env.step()
             (d1, t1), (d2, t2) = proxy.get_steps(name), local.get_steps(name)
             for a, b in ((d1, d2), (t1, t2)):

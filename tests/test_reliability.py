@@ -28,8 +28,8 @@ from stable_baselines3.common.callbacks import BaseCallback
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from ports import free_base_port
-from scripted_env import ScriptedAgent, ScriptedEnv
 
+from unity_sb3.scenes.scripted import ScriptedAgent, ScriptedEnv
 from unity_sb3.unity.errors import UnityConfigurationError, UnityProcessError
 from unity_sb3.wrappers.vec_env import UnityVecEnv
 
@@ -69,7 +69,7 @@ def alive(pid: int) -> bool:
 FAULTY_SCENE = textwrap.dedent(
     """
     import numpy as np
-    from unity_sb3.envs import make_scene
+    from unity_sb3.scenes import make_scene
 
 
     def faulty(seed=0, fail_at=3, mode="raise", num_agents=3):
@@ -97,8 +97,8 @@ FAULTY_SCENE = textwrap.dedent(
 
 def faulty_factory(tmp_path: Path, base_port: int, **params):
     """A factory for ``UnityVecEnv`` that launches the faulty scene in a stand-in player."""
+    from unity_sb3.scenes.player.server import write_launcher
     from unity_sb3.unity.connect import LocalUnityEnvironment
-    from unity_sb3.unity.player import write_launcher
 
     scene_file = tmp_path / "faulty_scene.py"
     scene_file.write_text(FAULTY_SCENE)
@@ -377,7 +377,7 @@ def wait_for(predicate, timeout: float, what: str) -> None:
 def test_cli_train_interrupted_by_sigint_checkpoints_and_resumes_to_the_total(tmp_path):
     from stable_baselines3 import PPO
 
-    from unity_sb3.callbacks import list_checkpoints
+    from unity_sb3.callbacks.checkpoint import list_checkpoints
 
     run_dir = tmp_path / "results" / "soak"
     checkpoints = run_dir / "checkpoints"
@@ -458,7 +458,7 @@ def assert_same(expected: dict, actual: dict) -> None:
 
 def test_curiosity_state_is_part_of_every_checkpoint(tmp_path):
     from unity_sb3 import PPO
-    from unity_sb3.callbacks import AtomicCheckpointCallback, list_checkpoints
+    from unity_sb3.callbacks.checkpoint import AtomicCheckpointCallback, list_checkpoints
 
     torch.set_num_threads(1)
     venv = UnityVecEnv("Ball3D", open_kwargs={"num_agents": 4})
@@ -492,7 +492,7 @@ def test_curiosity_state_is_part_of_every_checkpoint(tmp_path):
 
 def test_poca_critic_and_baseline_are_part_of_every_checkpoint(tmp_path):
     from unity_sb3 import POCA
-    from unity_sb3.callbacks import AtomicCheckpointCallback, list_checkpoints
+    from unity_sb3.callbacks.checkpoint import AtomicCheckpointCallback, list_checkpoints
 
     torch.set_num_threads(1)
     venv = UnityVecEnv("Escape", add_group_reward=True)
@@ -532,7 +532,7 @@ def test_poca_critic_and_baseline_are_part_of_every_checkpoint(tmp_path):
 
 def test_sac_checkpoint_with_replay_buffer_resumes_where_it_stopped(tmp_path):
     from unity_sb3 import SAC
-    from unity_sb3.callbacks import AtomicCheckpointCallback, latest_checkpoint
+    from unity_sb3.callbacks.checkpoint import AtomicCheckpointCallback, latest_checkpoint
 
     torch.set_num_threads(1)
     venv = UnityVecEnv("Ball3D", open_kwargs={"num_agents": 4})

@@ -7,7 +7,7 @@ import pytest
 import torch as th
 from gymnasium import spaces
 
-from unity_sb3.algorithms.common import RewardSignalConfigError, make_bc_module, parse_reward_signals
+from unity_sb3.algorithms.mixin import make_bc_module
 from unity_sb3.algorithms.reward_signals import (
     CuriositySignal,
     ExpertData,
@@ -17,6 +17,7 @@ from unity_sb3.algorithms.reward_signals import (
     make_reward_signals,
 )
 from unity_sb3.algorithms.reward_signals.networks import ActionFlattener, ObservationEncoder
+from unity_sb3.algorithms.reward_signals.settings import RewardSignalConfigError, parse_reward_signals
 
 SMALL = {"hidden_units": 32, "num_layers": 1}
 
@@ -325,7 +326,7 @@ def test_gail_expert_data_from_arrays_dicts_and_demonstrations():
         ObservationType,
     )
 
-    from unity_sb3.unity.demo_dataset import Demonstration
+    from unity_sb3.demos.dataset import Demonstration
 
     obs_space, act_space = spaces.Box(-1, 1, (4,), np.float32), spaces.Discrete(3)
     obs, acts = np.zeros((5, 4), np.float32), np.array([0, 1, 2, 1, 0])
@@ -380,8 +381,8 @@ def test_gail_loads_expert_data_lazily():
 
 
 def test_gail_reads_a_recorded_demo_file(tmp_path):
-    envs = pytest.importorskip("unity_sb3.envs")
-    demo = pytest.importorskip("unity_sb3.unity.demo_writer")
+    envs = pytest.importorskip("unity_sb3.scenes")
+    demo = pytest.importorskip("unity_sb3.demos.writer")
     scene = envs.make_scene("Ball3D", seed=0)
     name = next(iter(scene.behavior_specs))
     path = tmp_path / "expert.demo"

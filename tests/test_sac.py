@@ -11,8 +11,8 @@ import torch as th
 from stable_baselines3 import SAC as SB3SAC
 from stable_baselines3.common.env_util import make_vec_env
 
-from unity_sb3.algorithms.common import RewardSignalConfigError
-from unity_sb3.algorithms.sac import SAC
+from unity_sb3.algorithms.reward_signals.settings import RewardSignalConfigError
+from unity_sb3.algorithms.sac.sac import SAC
 
 SMALL = {"hidden_units": 16, "num_layers": 1}
 FAST = {"learning_starts": 40, "batch_size": 16, "seed": 0, "policy_kwargs": {"net_arch": [16]}}

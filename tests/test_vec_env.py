@@ -16,7 +16,7 @@ from stable_baselines3.common.vec_env import VecFrameStack, VecMonitor, VecNorma
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from scripted_env import DEFAULT_BEHAVIOR, ScriptedAgent, ScriptedBehavior, ScriptedEnv
+from unity_sb3.scenes.scripted import DEFAULT_BEHAVIOR, ScriptedAgent, ScriptedBehavior, ScriptedEnv
 
 from mlagents_envs.base_env import ActionSpec, ActionTuple  # isort: skip
 from mlagents_envs.exception import UnityTimeOutException  # isort: skip
@@ -24,7 +24,8 @@ from mlagents_envs.exception import UnityTimeOutException  # isort: skip
 from ports import free_base_port
 
 from unity_sb3.unity.errors import UnityConfigurationError, UnityProcessError
-from unity_sb3.wrappers.vec_env import UnityNoDecisionError, UnityVecEnv
+from unity_sb3.wrappers.instances import UnityNoDecisionError
+from unity_sb3.wrappers.vec_env import UnityVecEnv
 
 
 def scripted(*args, **kwargs) -> ScriptedEnv:
@@ -483,9 +484,9 @@ def test_strings_are_opened_with_open_unity_and_their_worker_id(monkeypatch):
         calls.append((target, kwargs))
         return scripted([ScriptedAgent()])
 
-    module = types.ModuleType("unity_sb3.unity.connect")
+    module = types.ModuleType("unity_sb3.open")
     module.open_unity = fake_open_unity
-    monkeypatch.setitem(sys.modules, "unity_sb3.unity.connect", module)
+    monkeypatch.setitem(sys.modules, "unity_sb3.open", module)
     venv = UnityVecEnv(["Ball3D", "Ball3D"], open_kwargs={"timeout_wait": 5})
     assert venv.num_envs == 2
     assert calls == [
@@ -685,7 +686,7 @@ def _random_policy(venv: UnityVecEnv, seed: int = 0):
 def test_ppo_learns_ball3d():
     from stable_baselines3 import PPO
 
-    from unity_sb3.envs import make_scene
+    from unity_sb3.scenes import make_scene
 
     venv = UnityVecEnv(make_scene("Ball3D", seed=0))
     assert venv.num_envs == 12
@@ -702,7 +703,7 @@ def test_ppo_learns_ball3d():
 def test_ppo_solves_ball3d():
     from stable_baselines3 import PPO
 
-    from unity_sb3.envs import make_scene
+    from unity_sb3.scenes import make_scene
 
     # normalized observations, as ML-Agents' 3DBall config (without them PPO needs ~150k steps)
     venv = VecNormalize(VecMonitor(UnityVecEnv(make_scene("Ball3D", seed=1))), norm_reward=False)
@@ -721,7 +722,7 @@ def test_ppo_solves_ball3d():
 def test_sac_learns_ball3d():
     from stable_baselines3 import SAC
 
-    from unity_sb3.envs import make_scene
+    from unity_sb3.scenes import make_scene
 
     venv = UnityVecEnv(make_scene("Ball3D", seed=0))
     random_reward = _mean_step_reward(venv, _random_policy(venv), 200)
@@ -741,7 +742,7 @@ def test_sac_learns_ball3d():
 
 
 def _gridworld(**params) -> UnityVecEnv:
-    from unity_sb3.envs import make_scene
+    from unity_sb3.scenes import make_scene
 
     # 36 px: the smallest image SB3's NatureCNN accepts
     return UnityVecEnv(make_scene("GridWorld", seed=0, image_size=36, **params))
@@ -822,7 +823,7 @@ def test_maskable_ppo_learns_gridworld():
 def test_recurrent_ppo_runs_with_slots_bound_to_agents():
     from sb3_contrib import RecurrentPPO
 
-    from unity_sb3.envs import make_scene
+    from unity_sb3.scenes import make_scene
 
     venv = UnityVecEnv(make_scene("Ball3D", seed=0, num_agents=4))
     bindings: list[list[int | None]] = []

@@ -12,8 +12,8 @@ import yaml
 
 from unity_sb3 import zoo
 from unity_sb3.algorithms.registry import algorithm_class
-from unity_sb3.hyperparams import HYPERPARAMS_DIR, load_hyperparams
-from unity_sb3.mlagents_config import prepare_model_args
+from unity_sb3.config.hyperparams import HYPERPARAMS_DIR, load_hyperparams
+from unity_sb3.config.model_args import prepare_model_args
 
 FAST = ["--num-threads", "1", "--seed", "3", "--verbose", "0"]
 
@@ -27,8 +27,8 @@ def test_register_adds_the_project_algorithms() -> None:
     for name in ("poca", "maskable_ppo", "recurrent_ppo"):
         assert ALGOS[name] is algorithm_class(name)
         assert name in hyperparams_opt.HYPERPARAMS_SAMPLER
-    assert ALGOS["ppo"].__module__ == "unity_sb3.algorithms.ppo"  # reward_signals / BC keys work
-    assert ALGOS["sac"].__module__ == "unity_sb3.algorithms.sac"
+    assert ALGOS["ppo"].__module__ == "unity_sb3.algorithms.ppo.ppo"  # reward_signals / BC keys work
+    assert ALGOS["sac"].__module__ == "unity_sb3.algorithms.sac.sac"
 
 
 def test_unity_ids() -> None:
@@ -52,8 +52,8 @@ def test_make_unity_vec_env_splits_kwargs(monkeypatch) -> None:
         assert sorted(set(env.venv.worker_ids)) == [0, 1]
     finally:
         env.close()
-    import unity_sb3.unity.connect as connect
-    from unity_sb3.envs import make_scene
+    import unity_sb3.open as connect
+    from unity_sb3.scenes import make_scene
 
     calls = []
 
@@ -131,7 +131,7 @@ def test_train_and_enjoy(tmp_path: Path, algo: str, env_id: str, params: list[st
     # (rounded down to whole VecEnv steps: GridWorld's 9 slots evaluate at 234 and 468)
     assert len(evaluations["timesteps"]) == 2 and 240 - 12 < evaluations["timesteps"][0] <= 240
     saved = yaml.unsafe_load((run / name / "config.yml").read_text())  # rl-zoo3 dumps an OrderedDict
-    assert saved["policy"] in ("MlpPolicy", "MultiInputPolicy")  # default conf: unity_sb3/hyperparams
+    assert saved["policy"] in ("MlpPolicy", "MultiInputPolicy")  # default conf: unity_sb3/config/hyperparams
     mean, episodes = zoo.enjoy(
         [
             "--algo",

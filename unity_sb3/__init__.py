@@ -16,21 +16,22 @@ from unity_sb3.version import __version__
 
 # public name -> module that defines it
 _LAZY: dict[str, str] = {
-    "open_unity": "unity_sb3.unity.connect",
+    "open_unity": "unity_sb3.open",
     "UnityVecEnv": "unity_sb3.wrappers.vec_env",
     "UnityGymEnv": "unity_sb3.wrappers.gym_env",
     "UnityParallelEnv": "unity_sb3.wrappers.pettingzoo_env",
     "UnityAECEnv": "unity_sb3.wrappers.pettingzoo_env",
-    "load_demo": "unity_sb3.unity.demo",
-    "Demonstration": "unity_sb3.unity.demo",
+    "load_demo": "unity_sb3.demos.reader",
+    "Demonstration": "unity_sb3.demos.reader",
     "pretrain_bc": "unity_sb3.algorithms.bc",
-    "PPO": "unity_sb3.algorithms.ppo",
-    "SAC": "unity_sb3.algorithms.sac",
+    "PPO": "unity_sb3.algorithms.ppo.ppo",
+    "SAC": "unity_sb3.algorithms.sac.sac",
     "POCA": "unity_sb3.algorithms.poca",
     "to_onnx": "unity_sb3.export",
     "RayUnityVecEnv": "unity_sb3.wrappers.ray_vec_env",
-    "UnityMultiInputExtractor": "unity_sb3.networks",
-    "UnityCnn": "unity_sb3.networks",
+    "PettingZooVecEnv": "unity_sb3.wrappers.pettingzoo_vec_env",
+    "UnityMultiInputExtractor": "unity_sb3.networks.extractors",
+    "UnityCnn": "unity_sb3.networks.extractors",
 }
 
 __all__ = ["__version__", *_LAZY]
@@ -51,7 +52,7 @@ def __dir__() -> list[str]:
 
 def _register_gymnasium_ids() -> None:
     try:
-        from unity_sb3.envs.registration import register_gymnasium_ids
+        from unity_sb3.scenes.registration import register_gymnasium_ids
     except ImportError:  # scenes not built yet in this checkout
         return
     register_gymnasium_ids()

@@ -206,14 +206,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return evaluate_from_args(args)
     if args.command == "scenes":
-        from unity_sb3.envs import describe_scene, list_scenes
+        from unity_sb3.scenes import describe_scene, list_scenes
 
         for name in list_scenes():
             print(describe_scene(name))
             print()
         return 0
     if args.command == "demo-info":
-        from unity_sb3.unity.demo import describe_demo
+        from unity_sb3.demos.reader import describe_demo
 
         for path in args.path:
             print(describe_demo(path))

@@ -25,7 +25,6 @@ instance at most ``--max-restarts`` times over its lifetime (ML-Agents'
 from __future__ import annotations
 
 import argparse
-import json
 import time
 import warnings
 from dataclasses import asdict, dataclass, field, replace
@@ -34,13 +33,17 @@ from typing import Any
 
 import yaml
 
-from unity_sb3.hyperparams import load_hyperparams
+from unity_sb3.callbacks.curriculum import (
+    CURRICULUM_FILE,
+    _check_curriculum_step,
+    load_curriculum_state,
+    save_curriculum_state,
+)
+from unity_sb3.config.hyperparams import load_hyperparams
 
 MODEL_FILE = "model.zip"
 CONFIG_FILE = "config.yaml"
 REPLAY_BUFFER_FILE = "replay_buffer.pkl"  # in checkpoints/, as AtomicCheckpointCallback writes it
-CURRICULUM_FILE = "curriculum.json"
-CURRICULUM_FORMAT = 1
 CHECKPOINT_CURRICULUM_SUFFIX = ".curriculum.json"  # checkpoint_<steps>_steps.curriculum.json
 
 
@@ -110,7 +113,7 @@ def make_vec_env(config: RunConfig, monitor_file: str | Path | None = None):
     """Open the run's Unity instances as one ``UnityVecEnv`` (wrapped in VecMonitor)."""
     from stable_baselines3.common.vec_env import VecMonitor
 
-    from unity_sb3.envs import list_scenes
+    from unity_sb3.scenes import list_scenes
     from unity_sb3.unity.channels import EngineSettings
     from unity_sb3.wrappers.vec_env import UnityVecEnv
 
@@ -193,16 +196,16 @@ def train(
     if num_threads is not None:
         torch.set_num_threads(num_threads)
 
-    from unity_sb3.callbacks import (
+    from unity_sb3.callbacks.checkpoint import (
         AtomicCheckpointCallback,
-        LiveProgressCallback,
         SummaryCallback,
         save_atomic,
         save_replay_buffer_atomic,
     )
-    from unity_sb3.mlagents_config import mlagents_callbacks, prepare_model_args
+    from unity_sb3.callbacks.curriculum import CurriculumCallback, mlagents_callbacks
+    from unity_sb3.callbacks.progress import LiveProgressCallback
+    from unity_sb3.config.model_args import prepare_model_args
     from unity_sb3.plotting import plot_learning_curve
-    from unity_sb3.unity.channels import CurriculumCallback
 
     run_dir = Path(run_dir)
     checkpoints = run_dir / "checkpoints"
@@ -313,7 +316,7 @@ def find_resume_point(run_dir: str | Path) -> Path:
     :return: the path to load.
     :raises ResumeError: no model or checkpoint there, or none that reads (the message lists them).
     """
-    from unity_sb3.callbacks import list_checkpoints, read_model_timesteps
+    from unity_sb3.callbacks.checkpoint import list_checkpoints, read_model_timesteps
 
     run_dir = Path(run_dir)
     final = run_dir / MODEL_FILE
@@ -376,8 +379,8 @@ def _prepare_curriculum(
     params = config.open_kwargs.get("environment_parameters")
     if not params:
         return config, None
-    from unity_sb3.unity.channels import EnvironmentParameters
     from unity_sb3.unity.errors import UnityConfigurationError
+    from unity_sb3.unity.parameters import EnvironmentParameters
 
     if isinstance(params, EnvironmentParameters):
         parameters = params
@@ -409,51 +412,6 @@ def _prepare_curriculum(
     return replace(config, open_kwargs=open_kwargs), state
 
 
-def save_curriculum_state(callback: Any, path: str | Path, num_timesteps: int) -> Path:
-    """Write ``callback.state_dict()`` (a ``CurriculumCallback``) to ``path`` as JSON, atomically.
-
-    :param callback: the run's ``CurriculumCallback``.
-    :param path: the file (``curriculum.json`` in the run folder).
-    :param num_timesteps: the model's step count, stored to check it against the resumed model.
-    :return: ``path``.
-    """
-    from unity_sb3.callbacks import write_json_atomic
-
-    state = {"format": CURRICULUM_FORMAT, "num_timesteps": int(num_timesteps), **callback.state_dict()}
-    return write_json_atomic(state, path)
-
-
-def load_curriculum_state(path: str | Path) -> dict[str, Any]:
-    """Read a file written by :func:`save_curriculum_state`.
-
-    :raises ValueError: if it is not such a file (naming the file).
-    """
-    path = Path(path)
-    try:
-        state = json.loads(path.read_text())
-    except (OSError, ValueError) as error:
-        raise ValueError(
-            f"{path} is not a readable curriculum state ({error}); delete it to restart "
-            "every curriculum at lesson 0"
-        ) from None
-    if not isinstance(state, dict) or state.get("format") != CURRICULUM_FORMAT or "parameters" not in state:
-        raise ValueError(
-            f"{path} is not a curriculum state of format {CURRICULUM_FORMAT} (written by unity-sb3 train); "
-            "delete it to restart every curriculum at lesson 0"
-        )
-    return state
-
-
-def _check_curriculum_step(state: dict[str, Any], num_timesteps: int, path: Path) -> None:
-    saved = state.get("num_timesteps")
-    if saved != num_timesteps:
-        warnings.warn(
-            f"{path} was saved at step {saved} but the model resumes from step {num_timesteps} (an older "
-            "checkpoint?); the curricula continue at the saved lessons",
-            stacklevel=3,
-        )
-
-
 def load_replay_buffer_if_present(model: Any, path: str | Path) -> bool:
     """Load ``path`` into an off-policy ``model``'s replay buffer when the file is there.
 
@@ -471,7 +429,7 @@ def load_replay_buffer_if_present(model: Any, path: str | Path) -> bool:
         return False
     from stable_baselines3.common.save_util import load_from_pkl
 
-    from unity_sb3.callbacks import REPLAY_BUFFER_STEP
+    from unity_sb3.callbacks.checkpoint import REPLAY_BUFFER_STEP
 
     buffer = load_from_pkl(path)
     if getattr(buffer, "n_envs", model.n_envs) != model.n_envs:

@@ -14,12 +14,12 @@ with three additions:
   in a hyperparameter file is the number of Unity instances. ``--env-kwargs`` go to
   ``UnityVecEnv`` (``behavior_name``, ``num_slots``, ``visual``, ``flatten_obs``, ``hybrid``,
   ``add_group_reward``, ``restart_on_crash``, ...) or else to
-  :func:`~unity_sb3.unity.connect.open_unity` (``transport``, ``time_scale`` via
+  :func:`~unity_sb3.open.open_unity` (``transport``, ``time_scale`` via
   ``engine_settings``, ``environment_parameters``, scene parameters such as ``num_agents``).
   ``open_kwargs:`` in a hyperparameter file (the key ``unity-sb3 train`` reads) is merged
   into them.
 - **Hyperparameters.** For Unity ids the default ``--conf-file`` is
-  ``unity_sb3/hyperparams/<algo>.yml``. Frequencies RL Zoo counts in ``VecEnv`` steps
+  ``unity_sb3/config/hyperparams/<algo>.yml``. Frequencies RL Zoo counts in ``VecEnv`` steps
   (``--eval-freq``, ``--save-freq``, optimisation evaluations) are converted back to agent
   steps, the unit of ``n_timesteps``.
 
@@ -43,7 +43,7 @@ import unity_sb3  # noqa: F401  (protobuf compat and gymnasium ids)
 UNITY_PREFIX = "unity_sb3/"
 #: gymnasium id for a Unity build or the Editor (``--env-kwargs target:"'path'"``)
 BUILD_ID = "unity_sb3/Unity-v0"
-HYPERPARAMS_DIR = Path(__file__).resolve().parent / "hyperparams"
+HYPERPARAMS_DIR = Path(__file__).resolve().parent / "config" / "hyperparams"
 #: ``--env-kwargs`` keys that configure :class:`UnityVecEnv`; the rest go to ``open_unity``
 VEC_ENV_KEYS = (
     "behavior_name",
@@ -114,7 +114,7 @@ def make_unity_vec_env(
     """
     from stable_baselines3.common.vec_env import VecMonitor
 
-    from unity_sb3.unity.connect import open_unity
+    from unity_sb3.open import open_unity
     from unity_sb3.wrappers.vec_env import UnityVecEnv
 
     if n_instances < 1:
@@ -278,8 +278,8 @@ def _experiment_manager_class():
         def _preprocess_hyperparams(self, hyperparams: dict[str, Any]):
             open_kwargs = hyperparams.pop("open_kwargs", None)
             if self.is_unity and isinstance(hyperparams.get("policy_kwargs"), str):
-                # rl-zoo3's own eval() cannot see unity_sb3.networks' extractors that our YAML names
-                from unity_sb3.hyperparams import parse_policy_kwargs
+                # rl-zoo3's own eval() cannot see unity_sb3.networks.extractors' extractors that our YAML names
+                from unity_sb3.config.model_args import parse_policy_kwargs
 
                 hyperparams["policy_kwargs"] = parse_policy_kwargs(hyperparams["policy_kwargs"])
             if open_kwargs:

@@ -12,8 +12,8 @@ from stable_baselines3.common.base_class import BaseAlgorithm
 
 # name -> "module:attribute"; the project's PPO/SAC are SB3's plus reward signals and BC.
 ALGORITHMS: dict[str, str] = {
-    "ppo": "unity_sb3.algorithms.ppo:PPO",
-    "sac": "unity_sb3.algorithms.sac:SAC",
+    "ppo": "unity_sb3.algorithms.ppo.ppo:PPO",
+    "sac": "unity_sb3.algorithms.sac.sac:SAC",
     "a2c": "stable_baselines3:A2C",
     "td3": "stable_baselines3:TD3",
     "ddpg": "stable_baselines3:DDPG",

@@ -60,7 +60,7 @@ def export_from_args(args: Any) -> int:
 
 def _scene_spec(scene: str, behavior: str | None, explicit: bool) -> BehaviorSpec | None:
     """The behavior spec of an embedded scene; None for a Unity build (unless named with --env)."""
-    from unity_sb3.envs import list_scenes, make_scene
+    from unity_sb3.scenes import list_scenes, make_scene
 
     if scene.lower() not in {s.lower() for s in list_scenes()}:
         if explicit:

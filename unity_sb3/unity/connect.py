@@ -21,22 +21,17 @@ Builds and the Editor are driven by :class:`LocalUnityEnvironment`, a
 from __future__ import annotations
 
 import contextlib
-import difflib
-import errno
-import ipaddress
 import logging
 import os
 import shutil
 import signal
-import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
 import warnings
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -44,11 +39,9 @@ from typing import Any
 import grpc
 
 from unity_sb3.unity import compat as _compat  # noqa: F401  (before any mlagents_envs import)
-from unity_sb3.unity.channels import EngineSettings, EnvironmentParameters, UnityChannels
 from unity_sb3.unity.errors import (
     UnityConfigurationError,
     UnityExecutableError,
-    UnityExecutableNotFoundError,
     UnityObservationError,
     UnityPortInUseError,
     UnityProcessError,
@@ -57,7 +50,6 @@ from unity_sb3.unity.errors import (
 )
 
 import mlagents_envs  # isort: skip
-from mlagents_envs.base_env import BaseEnv  # isort: skip
 from mlagents_envs.communicator_objects.unity_message_pb2 import UnityMessageProto  # isort: skip
 from mlagents_envs.communicator_objects.unity_rl_initialization_input_pb2 import (  # isort: skip
     UnityRLInitializationInputProto,
@@ -71,80 +63,25 @@ from mlagents_envs.rpc_communicator import RpcCommunicator, UnityToExternalServi
 from mlagents_envs.side_channel import DefaultTrainingAnalyticsSideChannel  # isort: skip
 from mlagents_envs.side_channel.side_channel import SideChannel  # isort: skip
 from mlagents_envs.side_channel.side_channel_manager import SideChannelManager  # isort: skip
+from unity_sb3.unity.executable import resolve_executable
+from unity_sb3.unity.ports import (
+    BASE_ENVIRONMENT_PORT,
+    DEFAULT_EDITOR_PORT,
+    PORT_SEARCH,
+    _check_port_range,
+    _port_is_free,
+    find_free_worker_id,
+    is_loopback,
+)
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_EDITOR_PORT = UnityEnvironment.DEFAULT_EDITOR_PORT  # 5004
-BASE_ENVIRONMENT_PORT = UnityEnvironment.BASE_ENVIRONMENT_PORT  # 5005
-BUILD_SUFFIXES = (".x86_64", ".x86", ".exe", ".app")
 TRANSPORTS = ("auto", "inprocess", "player")
-#: how many worker ids ``find_free_port`` (and the port-in-use hint) tries
-PORT_SEARCH = 64
 
 __all__ = [
     "LocalUnityEnvironment",
     "LoopbackRpcCommunicator",
-    "find_free_worker_id",
-    "is_loopback",
-    "open_unity",
-    "resolve_executable",
 ]
-
-
-# --------------------------------------------------------------------------------------------
-# Addresses and ports
-# --------------------------------------------------------------------------------------------
-def is_loopback(address: str) -> bool:
-    """Whether ``address`` only accepts connections from this machine."""
-    if address == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(address.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
-def _check_port_range(base_port: int, worker_id: int) -> int:
-    for name, value in (("worker_id", worker_id), ("base_port", base_port)):
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise UnityConfigurationError(f"{name} must be an int, got {value!r}.")
-    if worker_id < 0:
-        raise UnityConfigurationError(f"worker_id must be >= 0, got {worker_id}.")
-    port = base_port + worker_id
-    if not 1 <= port <= 65535:
-        raise UnityConfigurationError(
-            f"Port base_port + worker_id = {base_port} + {worker_id} = {port} is out of range 1-65535; "
-            f"use a smaller base_port or worker_id (the default base_port is {BASE_ENVIRONMENT_PORT})."
-        )
-    return port
-
-
-def _port_is_free(port: int, bind_address: str) -> bool:
-    host = bind_address.strip("[]")
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as sock:
-        if sys.platform.startswith("linux"):
-            # a closed port in TIME_WAIT is reusable; a listening one is not
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError as error:
-            if error.errno == errno.EADDRNOTAVAIL:
-                raise UnityConfigurationError(
-                    f"bind_address {bind_address!r} is not an address of this machine."
-                ) from error
-            return False
-    return True
-
-
-def find_free_worker_id(base_port: int, worker_id: int, bind_address: str = "127.0.0.1") -> int | None:
-    """The first ``worker_id`` after ``worker_id`` whose port is free, or ``None`` if none is near."""
-    for candidate in range(worker_id + 1, worker_id + 1 + PORT_SEARCH):
-        if base_port + candidate > 65535:
-            return None
-        if _port_is_free(base_port + candidate, bind_address):
-            return candidate
-    return None
 
 
 # --------------------------------------------------------------------------------------------
@@ -251,100 +188,6 @@ class LoopbackRpcCommunicator(RpcCommunicator):
         super().close()  # the 400 to Unity, then a server stop with a grace period (compat)
         self._executor.shutdown(wait=False)
         self.unity_to_external.child_conn.close()  # a socket pair: one fd per end
-
-
-# --------------------------------------------------------------------------------------------
-# Executables
-# --------------------------------------------------------------------------------------------
-def _looks_like_build(path: Path) -> bool:
-    if path.name.startswith("UnityCrashHandler"):
-        return False
-    if path.suffix in BUILD_SUFFIXES:
-        return True
-    return path.is_file() and os.access(path, os.X_OK)
-
-
-def _nearby_builds(directory: Path) -> list[str]:
-    found: list[str] = []
-    try:
-        entries = sorted(directory.iterdir())
-    except OSError:
-        return found
-    for entry in entries:
-        if _looks_like_build(entry):
-            found.append(str(entry))
-        elif entry.is_dir():
-            with contextlib.suppress(OSError):
-                found += [str(p) for p in sorted(entry.iterdir()) if p.suffix in BUILD_SUFFIXES]
-    return found
-
-
-def _app_binary(app: Path) -> Path | None:
-    macos = app / "Contents" / "MacOS"
-    if (macos / app.stem).is_file():
-        return macos / app.stem
-    binaries = sorted(p for p in macos.glob("*") if p.is_file()) if macos.is_dir() else []
-    return binaries[0] if binaries else None
-
-
-def resolve_executable(target: str | os.PathLike[str], scene_names: Sequence[str] = ()) -> Path:
-    """The file to launch for a Unity build given as ``target``.
-
-    Accepts the executable itself, its path without the platform suffix (``builds/3DBall`` for
-    ``builds/3DBall.x86_64``, as ``mlagents_envs`` does), a macOS ``.app`` bundle, or a build
-    folder holding exactly one executable.
-
-    :param target: path to the build.
-    :param scene_names: embedded scene names, mentioned when nothing is found.
-    :raises UnityExecutableNotFoundError: nothing there; the message lists builds nearby.
-    :raises UnityExecutableError: the file is not executable, or a folder holds several builds.
-    """
-    path = Path(target).expanduser()
-    resolved: Path | None = None
-    if path.is_dir() and path.suffix == ".app":
-        resolved = _app_binary(path)
-    elif path.is_file():
-        resolved = path
-    elif path.is_dir():
-        builds = [Path(p) for p in _nearby_builds(path) if Path(p).parent == path]
-        if len(builds) > 1:
-            named = [b for b in builds if b.stem == path.name]
-            if len(named) != 1:
-                raise UnityExecutableError(
-                    str(target),
-                    f"The folder {path} holds several builds; pass the one to launch.",
-                    [str(b) for b in builds],
-                )
-            builds = named
-        if builds:
-            resolved = _app_binary(builds[0]) if builds[0].suffix == ".app" else builds[0]
-    else:
-        for suffix in BUILD_SUFFIXES:
-            candidate = path.with_name(path.name + suffix)
-            if candidate.exists():
-                resolved = _app_binary(candidate) if suffix == ".app" else candidate
-                break
-    if resolved is None:
-        directory = path if path.is_dir() else path.parent
-        while not directory.exists() and directory != directory.parent:
-            directory = directory.parent
-        detail = f"No Unity build at {str(target)!r}"
-        if not path.parent.exists():
-            detail += f" (the folder {path.parent} does not exist)"
-        detail += "."
-        if scene_names:
-            detail += f" It is not an embedded scene either ({', '.join(scene_names)})."
-            by_lower = {name.lower(): name for name in scene_names}
-            close = difflib.get_close_matches(path.name.lower(), by_lower, n=1, cutoff=0.6)
-            if close:
-                detail += f" Did you mean the scene {by_lower[close[0]]!r}?"
-        raise UnityExecutableNotFoundError(str(target), detail, _nearby_builds(directory))
-    if not os.access(resolved, os.X_OK):
-        raise UnityExecutableError(
-            str(target),
-            f"The Unity build {resolved} is not executable; run `chmod +x {resolved}` and try again.",
-        )
-    return resolved
 
 
 # --------------------------------------------------------------------------------------------
@@ -476,6 +319,7 @@ class LocalUnityEnvironment(UnityEnvironment):
         (``worker_id`` grows accordingly).
     :param close_timeout: seconds ``close()`` waits for Unity to exit before terminating it.
     :param process_name: names the process in error messages.
+    :param scene_names: embedded scene names, to suggest one when ``file_name`` is not a build.
     """
 
     def __init__(
@@ -495,6 +339,7 @@ class LocalUnityEnvironment(UnityEnvironment):
         find_free_port: bool = False,
         close_timeout: float = 10.0,
         process_name: str | None = None,
+        scene_names: Sequence[str] = (),
     ) -> None:
         self._loaded = False
         self._process: subprocess.Popen | None = None
@@ -517,7 +362,7 @@ class LocalUnityEnvironment(UnityEnvironment):
                 "this port can pose as Unity. Use it only on a trusted network.",
                 bind_address,
             )
-        executable = None if editor else resolve_executable(file_name, _scene_names())
+        executable = None if editor else resolve_executable(file_name, scene_names)
         self._process_name = process_name or ("Unity Editor" if editor else str(executable))
         self._additional_args = list(additional_args or [])
         self._no_graphics = no_graphics
@@ -751,140 +596,3 @@ class LocalUnityEnvironment(UnityEnvironment):
 
     def _close(self, timeout: float | None = None) -> None:
         self.close()
-
-
-# --------------------------------------------------------------------------------------------
-# open_unity
-# --------------------------------------------------------------------------------------------
-def _scene_names() -> list[str]:
-    try:
-        from unity_sb3.envs import list_scenes
-    except ImportError:
-        return []
-    return list(list_scenes())
-
-
-def _scene_name(target: str, scenes: Sequence[str]) -> str | None:
-    by_lower = {name.lower(): name for name in scenes}
-    return by_lower.get(target.lower())
-
-
-def _target_kind(target: str | os.PathLike[str] | None, transport: str) -> tuple[str, str | None]:
-    """``("editor", None)``, ``("scene", name)`` or ``("build", path)``."""
-    if target is None or (isinstance(target, str) and target.lower() == "editor"):
-        return "editor", None
-    text = os.fspath(target)
-    path = Path(text).expanduser()
-    exists = path.exists() or any(path.with_name(path.name + s).exists() for s in BUILD_SUFFIXES)
-    scene = None if exists else _scene_name(text, _scene_names())
-    if transport in ("inprocess", "player") and scene is None:
-        raise UnityConfigurationError(
-            f"transport={transport!r} runs embedded scenes, and {text!r} is not one "
-            f"(scenes: {', '.join(_scene_names()) or 'none installed'}); use transport='auto' for a build."
-        )
-    return ("scene", scene) if scene is not None else ("build", text)
-
-
-def open_unity(
-    target: str | os.PathLike[str] | None = None,
-    *,
-    transport: str = "auto",
-    worker_id: int = 0,
-    base_port: int | None = None,
-    find_free_port: bool = False,
-    seed: int = 0,
-    no_graphics: bool = True,
-    timeout_wait: float = 60,
-    additional_args: list[str] | None = None,
-    log_folder: str | None = None,
-    engine_settings: EngineSettings | Mapping[str, Any] | None = None,
-    environment_parameters: Mapping[str, Any] | EnvironmentParameters | None = None,
-    side_channels: list[SideChannel] | None = None,
-    bind_address: str = "127.0.0.1",
-    **scene_params: Any,
-) -> BaseEnv:
-    """Open a Unity environment and return it as a ``BaseEnv``.
-
-    :param target: a Unity build (the executable, its path without suffix, or its folder);
-        ``None`` or ``"editor"`` to wait for the Editor's Play button (port 5004); or the name of
-        an embedded scene (``unity_sb3.envs.list_scenes()``, case-insensitive).
-    :param transport: for embedded scenes: ``"inprocess"`` (a plain Python object, fastest),
-        ``"player"`` (the stand-in Unity player in its own process, over gRPC, exactly like a
-        build), or ``"auto"`` (in-process for scenes; builds and the Editor always use gRPC).
-    :param worker_id: offset from ``base_port``; one per Unity instance running at once.
-    :param base_port: port of worker 0; default 5005 for builds, 5004 for the Editor.
-    :param find_free_port: when the port is taken, move to the next free ``worker_id``.
-    :param seed: the seed Unity receives in the handshake (the scene's seed in-process); also
-        seeds environment-parameter samplers without their own seed.
-    :param no_graphics: launch builds with ``-nographics -batchmode`` (no rendering, so no
-        visual observations).
-    :param timeout_wait: seconds to wait for Unity to connect and for each step.
-    :param additional_args: more command-line arguments for the build.
-    :param log_folder: where the build writes ``Player-<worker_id>.log`` (and the captured
-        stdout/stderr as ``.out``); default a per-user temporary folder.
-    :param engine_settings: :class:`~unity_sb3.unity.channels.EngineSettings` or a dict of its
-        fields; default ``mlagents-learn``'s (time scale 20).
-    :param environment_parameters: ML-Agents' ``environment_parameters`` mapping (constants,
-        samplers, curricula); lesson 0 values are sent with the first reset. Drive curricula
-        with :class:`~unity_sb3.unity.channels.CurriculumCallback`.
-    :param side_channels: more ``mlagents_envs`` side channels; an engine, environment
-        parameters or stats channel given here replaces the one created.
-    :param bind_address: address the gRPC server listens on (loopback by default).
-    :param scene_params: scene keyword arguments (embedded scenes only), e.g. ``num_agents=4``.
-    :return: the environment, with ``env.unity_sb3_channels``.
-    """
-    if transport not in TRANSPORTS:
-        raise UnityConfigurationError(f"transport must be one of {TRANSPORTS}, got {transport!r}.")
-    kind, name = _target_kind(target, transport)
-    if scene_params and kind != "scene":
-        raise UnityConfigurationError(
-            f"Scene parameters {sorted(scene_params)} only apply to embedded scenes, not to "
-            f"{'the Editor' if kind == 'editor' else 'a Unity build'}; unknown keyword argument(s)?"
-        )
-    settings = EngineSettings.coerce(engine_settings)
-    channels = UnityChannels.from_side_channels(side_channels)
-    channels.engine_settings = settings
-    settings.apply(channels.engine)
-    if environment_parameters is not None:
-        if not isinstance(environment_parameters, EnvironmentParameters):
-            environment_parameters = EnvironmentParameters(environment_parameters, seed=seed)
-        channels.parameters = environment_parameters
-        environment_parameters.apply(channels.environment_parameters)
-    graphics_off = no_graphics if settings.no_graphics is None else settings.no_graphics
-
-    env: Any
-    if kind == "scene" and transport != "player":
-        from unity_sb3.envs import make_scene
-
-        env = make_scene(name, seed=seed, side_channels=channels.all(), **scene_params)
-    else:
-        file_name: str | None = name
-        temp_dir: str | None = None
-        if kind == "scene":
-            from unity_sb3.unity.player import write_launcher
-
-            temp_dir = tempfile.mkdtemp(prefix="unity_sb3-player-")
-            file_name = str(write_launcher(name, temp_dir, scene_params=scene_params or None))
-        try:
-            env = LocalUnityEnvironment(
-                file_name,
-                worker_id=worker_id,
-                base_port=base_port,
-                seed=seed,
-                no_graphics=graphics_off,
-                timeout_wait=timeout_wait,
-                additional_args=additional_args,
-                side_channels=channels.all(),
-                log_folder=log_folder,
-                bind_address=bind_address,
-                find_free_port=find_free_port,
-                process_name=f"stand-in player {name!r}" if kind == "scene" else None,
-            )
-        except BaseException:
-            if temp_dir is not None:
-                shutil.rmtree(temp_dir, ignore_errors=True)
-            raise
-        if temp_dir is not None:
-            env._resources.temp_dirs.append(temp_dir)
-    env.unity_sb3_channels = channels
-    return env

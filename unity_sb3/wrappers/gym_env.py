@@ -54,11 +54,11 @@ def open_base_env(env: BaseEnv | str, open_kwargs: Mapping[str, Any] | None) -> 
     """Return ``(base_env, opened_here)`` for a ``BaseEnv`` or an :func:`open_unity` target.
 
     :param env: a ``BaseEnv`` (a ``UnityEnvironment``, an embedded scene, ...) or a target string
-        for :func:`unity_sb3.unity.connect.open_unity` (an embedded scene name, a build path, ...).
+        for :func:`unity_sb3.open.open_unity` (an embedded scene name, a build path, ...).
     :param open_kwargs: keyword arguments for ``open_unity``; only valid with a target string.
     """
     if isinstance(env, str):
-        from unity_sb3.unity.connect import open_unity
+        from unity_sb3.open import open_unity
 
         return open_unity(env, **dict(open_kwargs or {})), True
     if open_kwargs:
@@ -92,7 +92,7 @@ def single_agent_variant(
     if "num_agents" in kwargs:
         return kwargs, None
     try:
-        from unity_sb3.envs import scene_class
+        from unity_sb3.scenes import scene_class
 
         cls = scene_class(target)
     except (ImportError, UnityConfigurationError):  # not an embedded scene
@@ -216,7 +216,7 @@ class UnityGymEnv(gym.Env):
     """One agent of one Unity behavior as a ``gymnasium.Env`` (see the module docstring).
 
     :param env: a ``BaseEnv`` (``UnityEnvironment``, an embedded scene) or a target string for
-        :func:`unity_sb3.unity.connect.open_unity` (e.g. ``"Ball3D"`` or a build path). An
+        :func:`unity_sb3.open.open_unity` (e.g. ``"Ball3D"`` or a build path). An
         embedded scene named by a string opens with one agent (see :func:`single_agent_variant`);
         this is what the registered ids ``unity_sb3/<Scene>-v0`` do.
     :param behavior_name: the behavior to follow; ``None`` = the scene's only behavior.

@@ -100,7 +100,7 @@ class _Agent:
 class UnityParallelEnv(ParallelEnv):
     """The agents of one or more Unity behaviors as a PettingZoo ``ParallelEnv`` (see the module docstring).
 
-    :param env: a ``BaseEnv`` or a target string for :func:`unity_sb3.unity.connect.open_unity`.
+    :param env: a ``BaseEnv`` or a target string for :func:`unity_sb3.open.open_unity`.
     :param behavior_names: the behaviors (teams) to expose; ``None`` = all of them. Full names
         or names without ``?team=``. Agents of other behaviors are answered with zero actions.
     :param visual: ``"uint8"`` (channel-first images in [0, 255]) or ``"float"`` ([0, 1]).

@@ -24,7 +24,7 @@ agents of all instances::
 Design, and why:
 
 - **Exactly ``UnityVecEnv``.** ``RayUnityVecEnv`` *is* a ``UnityVecEnv`` over
-  :class:`~unity_sb3.unity.ray_actor.RayUnityEnv` proxies, so slots, inactive slots, masks,
+  :class:`~unity_sb3.wrappers.ray_actor.RayUnityEnv` proxies, so slots, inactive slots, masks,
   groups, idle steps and restarts follow DESIGN 4.2 through the very same code; nothing about
   agents is re-implemented on the far side.
 - **One round trip per instance per step.** The proxy buffers ``set_actions`` and sends all
@@ -73,8 +73,9 @@ from stable_baselines3.common.vec_env.base_vec_env import VecEnvStepReturn
 
 from unity_sb3.spaces import HybridMode, VisualMode
 from unity_sb3.unity.errors import UnityConfigurationError
-from unity_sb3.unity.ray_actor import RayActorSource, RayUnityEnv, collect_steps
-from unity_sb3.wrappers.vec_env import OtherBehaviors, UnityVecEnv, _slice_actions
+from unity_sb3.wrappers.instances import _slice_actions
+from unity_sb3.wrappers.ray_actor import RayActorSource, RayUnityEnv, collect_steps
+from unity_sb3.wrappers.vec_env import OtherBehaviors, UnityVecEnv
 
 from mlagents_envs.base_env import BaseEnv  # isort: skip
 
@@ -86,7 +87,7 @@ RaySource = str | Callable[[], BaseEnv]
 class RayUnityVecEnv(UnityVecEnv):
     """A :class:`~unity_sb3.wrappers.vec_env.UnityVecEnv` whose Unity instances live in Ray actors.
 
-    :param env: a target string for :func:`unity_sb3.unity.connect.open_unity` (a build path,
+    :param env: a target string for :func:`unity_sb3.open.open_unity` (a build path,
         which must exist on the node running the actor, or an embedded scene name), a picklable
         factory returning a ``BaseEnv`` (called inside the actor), or a list of those (one
         instance each; instance ``i`` opens with ``worker_id=i``). ``BaseEnv`` objects cannot be

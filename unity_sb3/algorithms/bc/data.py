@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from unity_sb3.unity.demo import Demonstration, DemoSpecError, check_demo_spec, load_demo
+from unity_sb3.demos.reader import Demonstration, DemoSpecError, check_demo_spec, load_demo
 
 __all__ = ["BCData", "DemoSource", "bc_data", "find_behavior_spaces"]
 

@@ -2,7 +2,7 @@
 
 ``unity_sb3.PPO(..., behavioral_cloning={...})`` and ``unity_sb3.SAC(...)`` build a
 :class:`BehavioralCloning` through :func:`make_bc_module` (the hook in
-:mod:`unity_sb3.algorithms.common`). As in ML-Agents (``components/bc/module.py``), it has its
+:mod:`unity_sb3.algorithms.mixin`). As in ML-Agents (``components/bc/module.py``), it has its
 own Adam optimizer over the actor's parameters and runs its own minibatches of demo data after
 each policy update. Its learning rate is ``strength`` times the algorithm's *initial* learning
 rate (``lr_schedule(1)``, ML-Agents' ``policy_learning_rate``), annealed linearly to zero over
@@ -42,7 +42,7 @@ import torch as th
 from unity_sb3.algorithms.bc.adapters import LOSS_KINDS, make_adapter, reached_parameters
 from unity_sb3.algorithms.bc.data import BCData, bc_data
 from unity_sb3.algorithms.bc.pretrain import Sampler, _weighted_mean
-from unity_sb3.algorithms.common import RewardSignalConfigError, check_keys
+from unity_sb3.algorithms.reward_signals.settings import RewardSignalConfigError, check_keys
 
 __all__ = ["BC_DEFAULTS", "BehavioralCloning", "make_bc_module"]
 
@@ -208,5 +208,5 @@ class BehavioralCloning:
 
 
 def make_bc_module(algorithm: Any, settings: dict[str, Any]) -> BehavioralCloning:
-    """The hook's factory (see :func:`unity_sb3.algorithms.common.make_bc_module`)."""
+    """The hook's factory (see :func:`unity_sb3.algorithms.mixin.make_bc_module`)."""
     return BehavioralCloning(algorithm, settings)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from unity_sb3.algorithms.poca.buffers import POCARolloutBuffer, compute_poca_returns
-from unity_sb3.algorithms.poca.pettingzoo_adapter import PettingZooVecEnv
 from unity_sb3.algorithms.poca.poca import POCA
 from unity_sb3.algorithms.poca.policies import CnnPolicy, MlpPolicy, MultiInputPolicy, POCAPolicy
 
@@ -14,6 +13,5 @@ __all__ = [
     "MultiInputPolicy",
     "POCAPolicy",
     "POCARolloutBuffer",
-    "PettingZooVecEnv",
     "compute_poca_returns",
 ]

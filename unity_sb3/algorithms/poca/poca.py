@@ -1,7 +1,7 @@
 """MA-POCA (Cohen et al. 2021, arXiv 2111.05992) as an SB3 ``OnPolicyAlgorithm``.
 
 The environment is an SB3 ``VecEnv`` whose slots are agents (``unity_sb3.UnityVecEnv``, or a
-PettingZoo ``ParallelEnv`` through :class:`~unity_sb3.algorithms.poca.PettingZooVecEnv`). Each
+PettingZoo ``ParallelEnv`` through :class:`~unity_sb3.wrappers.pettingzoo_vec_env.PettingZooVecEnv`). Each
 step, POCA reads from ``infos[i]``:
 
 - ``group_id`` (0 = no group: the agent is a group of one) and ``instance`` when present:
@@ -46,8 +46,7 @@ from torch.nn import functional as F
 
 from unity_sb3.algorithms.poca.buffers import POCARolloutBuffer
 from unity_sb3.algorithms.poca.policies import CnnPolicy, MlpPolicy, MultiInputPolicy, POCAPolicy
-from unity_sb3.algorithms.ppo import reset_infos_of
-from unity_sb3.wrappers.vec_env import mark_inactive_aware
+from unity_sb3.slots import mark_inactive_aware, reset_infos_of
 
 SelfPOCA = TypeVar("SelfPOCA", bound="POCA")
 

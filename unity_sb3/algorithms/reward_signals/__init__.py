@@ -3,7 +3,7 @@
 Each signal is a :class:`RewardSignal` (a torch Module with its own optimizer) with
 ``reward(obs, action, next_obs) -> np.ndarray`` (per transition, before ``strength``) and
 ``update(batch) -> dict[str, float]``. :func:`make_reward_signals` builds them from a parsed
-``reward_signals`` config (see :mod:`unity_sb3.algorithms.common`).
+``reward_signals`` config (see :mod:`unity_sb3.algorithms.mixin`).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def make_reward_signals(
 ) -> nn.ModuleDict:
     """Build the intrinsic signals of a parsed config (``extrinsic`` is not a module and is skipped).
 
-    :param parsed: output of :func:`unity_sb3.algorithms.common.parse_reward_signals`.
+    :param parsed: output of :func:`unity_sb3.algorithms.reward_signals.settings.parse_reward_signals`.
     :param model: the algorithm the signals belong to; GAIL converts its demonstrations for the
         algorithm's env (as behavioral cloning does). ``None``: by the spaces alone.
     :return: ``{name: RewardSignal}`` in config order.

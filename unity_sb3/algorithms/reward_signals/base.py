@@ -56,7 +56,7 @@ class RewardSignal(nn.Module):
 
     :param observation_space: the algorithm's observation space.
     :param action_space: the algorithm's action space.
-    :param settings: the signal's parsed settings (see :func:`unity_sb3.algorithms.common.parse_reward_signals`).
+    :param settings: the signal's parsed settings (see :func:`unity_sb3.algorithms.reward_signals.settings.parse_reward_signals`).
     :param device: torch device.
     """
 

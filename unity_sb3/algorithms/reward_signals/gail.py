@@ -25,9 +25,9 @@ import torch as th
 from gymnasium import spaces
 from torch import nn
 
-from unity_sb3.algorithms.common import RewardSignalConfigError
 from unity_sb3.algorithms.reward_signals.base import RewardSignal, SignalBatch, _as_tensor, masked_mean
 from unity_sb3.algorithms.reward_signals.networks import ObservationEncoder
+from unity_sb3.algorithms.reward_signals.settings import RewardSignalConfigError
 
 
 class ExpertData:

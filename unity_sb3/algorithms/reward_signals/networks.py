@@ -2,7 +2,7 @@
 
 The encoder follows ML-Agents' ``NetworkBody`` in spirit: each observation (vector, image, or each
 entry of a ``Dict``) is processed on its own (images by ML-Agents' visual encoder
-``vis_encode_type``, the same as :mod:`unity_sb3.networks` gives the policies; the rest flattened), the results
+``vis_encode_type``, the same as :mod:`unity_sb3.networks.extractors` gives the policies; the rest flattened), the results
 are concatenated, optionally joined by extra unencoded inputs (actions for GAIL), and passed
 through ``num_layers`` dense layers of ``hidden_units`` with a Swish-like activation (SiLU).
 """
@@ -15,8 +15,8 @@ from gymnasium import spaces
 from stable_baselines3.common.preprocessing import get_flattened_obs_dim, is_image_space, preprocess_obs
 from torch import nn
 
-from unity_sb3.algorithms.common import RewardSignalConfigError
-from unity_sb3.networks import MIN_RESOLUTION, conv_body, encoders_for
+from unity_sb3.algorithms.reward_signals.settings import RewardSignalConfigError
+from unity_sb3.networks.extractors import MIN_RESOLUTION, conv_body, encoders_for
 
 TensorObs = th.Tensor | dict[str, th.Tensor]
 
@@ -47,7 +47,7 @@ class RunningNormalizer(nn.Module):
 
 
 def _cnn(n_channels: int, height: int, width: int, encode_type: str) -> nn.Sequential:
-    """ML-Agents' visual encoder ``encode_type`` (the policies' :func:`unity_sb3.networks.conv_body`);
+    """ML-Agents' visual encoder ``encode_type`` (the policies' :func:`unity_sb3.networks.extractors.conv_body`);
     for an image smaller than it accepts, the largest encoder that fits (ML-Agents refuses such an
     image; a reward signal keeps training with a smaller encoder instead)."""
     if min(height, width) < MIN_RESOLUTION[encode_type]:

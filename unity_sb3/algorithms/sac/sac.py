@@ -1,0 +1,253 @@
+"""SAC with ML-Agents reward signals (extrinsic, curiosity, RND, GAIL) and a behavioral-cloning hook.
+
+``unity_sb3.SAC`` is SB3's SAC plus ``reward_signals`` and ``behavioral_cloning``. With both
+``None`` it is SB3's SAC unchanged.
+
+With ``reward_signals`` (ML-Agents' SAC keeps one Q stream per signal; so does this):
+
+- **One Q output per signal** in each critic (and its target), in config order.
+- **Rewards on sampled batches.** The replay buffer stores the environment reward only. At each
+  gradient step the sampled batch gets ``strength * r`` per head: the stored reward for
+  ``extrinsic``, each intrinsic signal's reward computed *now* with its current networks from
+  ``(obs, action, next_obs)`` (SB3 stores the terminal observation as ``next_obs`` at episode
+  ends). Without an ``extrinsic`` entry the environment reward is not used for learning.
+- **Targets per head** with the head's own ``gamma``: ``r_k + gamma_k * (1 - done_k) * Q'_k``,
+  where ``done_k`` is SB3's done (time-limit truncations already removed) except for curiosity and
+  RND, which never stop bootstrapping (ML-Agents' ``ignore_done``). The entropy bonus
+  ``-alpha * log pi`` is added once, to the extrinsic head (the first head without extrinsic).
+- **Clipped double Q on the total.** The target uses, per sample, the target critic whose *sum*
+  over heads is smallest; the actor maximises the smallest (over critics) sum over heads.
+- Each signal takes one update on the same sampled batch after each gradient step; mean
+  rewards and losses are logged under ``reward_signals/<name>/``.
+- Placeholder steps of inactive ``UnityVecEnv`` slots (``infos[i]["active"] == False``) are
+  *not* filtered: SB3's replay buffer stores every slot each step. Use SAC with scenes where each
+  agent decides every step (DecisionRequester period 1), or PPO, which excludes them.
+- n-step replay (``n_steps > 1``) is not supported together with ``reward_signals``.
+
+``behavioral_cloning``: the BC module's ``update()`` runs after each gradient step (see
+:func:`unity_sb3.algorithms.mixin.make_bc_module`).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+import torch as th
+from stable_baselines3 import SAC as SB3SAC
+from stable_baselines3.common.utils import polyak_update
+from torch import nn
+from torch.nn import functional as F
+
+from unity_sb3.algorithms.mixin import SavedComponentsMixin, log_stats, make_bc_module
+from unity_sb3.algorithms.reward_signals import make_reward_signals
+from unity_sb3.algorithms.reward_signals.settings import RewardSignalConfigError, parse_reward_signals
+
+
+def widen_q_networks(critic: Any, n_heads: int) -> None:
+    """Give each Q network of an SB3 ``ContinuousCritic`` ``n_heads`` outputs (in place)."""
+    for q_net in critic.q_networks:
+        last = q_net[-1]
+        if not isinstance(last, nn.Linear):
+            raise RewardSignalConfigError(
+                f"reward_signals need Q networks ending in a Linear layer, got {type(last).__name__}."
+            )
+        q_net[-1] = nn.Linear(last.in_features, n_heads).to(last.weight.device)
+
+
+class SAC(SavedComponentsMixin, SB3SAC):
+    """SB3's SAC with ML-Agents reward signals and a BC hook (see the module docstring).
+
+    Takes every argument of :class:`stable_baselines3.SAC`, plus:
+
+    :param reward_signals: ML-Agents style ``reward_signals`` dict, or ``None`` for plain SB3 SAC.
+        A signal's ``gamma`` defaults to this algorithm's ``gamma``.
+    :param behavioral_cloning: ML-Agents style BC settings, or ``None``.
+    """
+
+    def __init__(
+        self,
+        policy: str | type,
+        env: Any,
+        *args: Any,
+        reward_signals: dict | None = None,
+        behavioral_cloning: dict | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self.reward_signals = reward_signals
+        self.behavioral_cloning = behavioral_cloning
+        self.signals: nn.ModuleDict | None = None
+        self._bc: Any = None
+        self._heads: list[str] = []
+        if reward_signals is not None and int(kwargs.get("n_steps", 1)) > 1:
+            raise RewardSignalConfigError(
+                "n-step replay (n_steps > 1) cannot be combined with reward_signals."
+            )
+        super().__init__(policy, env, *args, **kwargs)
+
+    def _setup_model(self) -> None:
+        super()._setup_model()
+        parsed = parse_reward_signals(self.reward_signals, default_gamma=self.gamma)
+        if parsed is not None:
+            self._signal_settings = parsed
+            self._heads = list(parsed)
+            self.signals = make_reward_signals(
+                parsed, self.observation_space, self.action_space, self.device, model=self
+            )
+            n_heads = len(self._heads)
+            if n_heads > 1:
+                widen_q_networks(self.critic, n_heads)
+                widen_q_networks(self.critic_target, n_heads)
+                self.critic_target.load_state_dict(self.critic.state_dict())
+                params = [p for name, p in self.critic.named_parameters() if "features_extractor" not in name]
+                if not self.policy.share_features_extractor:
+                    params = list(self.critic.parameters())
+                self.critic.optimizer = self.policy.optimizer_class(
+                    params, lr=self.lr_schedule(1), **self.policy.optimizer_kwargs
+                )
+            self._gammas = th.tensor([parsed[n]["gamma"] for n in self._heads], device=self.device)
+            self._episodic = th.tensor(
+                [not (n in self.signals and self.signals[n].ignore_done) for n in self._heads],
+                dtype=th.float32,
+                device=self.device,
+            )
+            self._entropy_head = self._heads.index("extrinsic") if "extrinsic" in self._heads else 0
+        self._bc = make_bc_module(self, self.behavioral_cloning)
+
+    def _excluded_save_params(self) -> list[str]:
+        return [
+            *super()._excluded_save_params(),
+            "signals",
+            "_bc",
+            "_signal_settings",
+            "_gammas",
+            "_episodic",
+        ]
+
+    def train(self, gradient_steps: int, batch_size: int = 64) -> None:
+        if self.signals is None:
+            super().train(gradient_steps, batch_size)
+            if self._bc is not None:  # plain SAC + BC: one BC update per gradient step
+                for _ in range(gradient_steps):
+                    self._update_bc()
+            return
+        self._train_with_signals(gradient_steps, batch_size)
+
+    def _update_bc(self) -> None:
+        if self._bc is None:
+            return
+        for key, value in (self._bc.update() or {}).items():
+            self.logger.record(f"behavioral_cloning/{key}", float(value))
+
+    def _head_rewards(self, data: Any) -> th.Tensor:
+        """``(batch, n_heads)`` strength-weighted rewards of a replay batch, with current networks."""
+        assert self.signals is not None
+        columns = []
+        for name in self._heads:
+            strength = self._signal_settings[name]["strength"]
+            if name == "extrinsic":
+                reward = data.rewards.reshape(-1)
+            else:
+                signal = self.signals[name]
+                batch = signal.batch(data.observations, data.actions, data.next_observations, data.dones)
+                reward = th.as_tensor(signal.reward(batch, None, None), device=self.device)
+            columns.append(strength * reward)
+        return th.stack(columns, dim=1)
+
+    def _train_with_signals(self, gradient_steps: int, batch_size: int) -> None:
+        assert self.signals is not None
+        self.policy.set_training_mode(True)
+        optimizers = [self.actor.optimizer, self.critic.optimizer]
+        if self.ent_coef_optimizer is not None:
+            optimizers += [self.ent_coef_optimizer]
+        self._update_learning_rate(optimizers)
+        ent_coef_losses, ent_coefs, actor_losses, critic_losses = [], [], [], []
+        reward_means: dict[str, list[float]] = defaultdict(list)
+        signal_stats: dict[str, dict[str, list[float]]] = {name: defaultdict(list) for name in self.signals}
+        n_heads = len(self._heads)
+
+        for gradient_step in range(gradient_steps):
+            data = self.replay_buffer.sample(batch_size, env=self._vec_normalize_env)
+            if data.discounts is not None:
+                raise RewardSignalConfigError("n-step replay cannot be combined with reward_signals.")
+            if self.use_sde:
+                self.actor.reset_noise()
+            actions_pi, log_prob = self.actor.action_log_prob(data.observations)
+            log_prob = log_prob.reshape(-1, 1)
+
+            ent_coef_loss = None
+            if self.ent_coef_optimizer is not None and self.log_ent_coef is not None:
+                ent_coef = th.exp(self.log_ent_coef.detach())
+                ent_coef_loss = -(self.log_ent_coef * (log_prob + self.target_entropy).detach()).mean()
+                ent_coef_losses.append(ent_coef_loss.item())
+            else:
+                ent_coef = self.ent_coef_tensor
+            ent_coefs.append(ent_coef.item())
+            if ent_coef_loss is not None and self.ent_coef_optimizer is not None:
+                self.ent_coef_optimizer.zero_grad()
+                ent_coef_loss.backward()
+                self.ent_coef_optimizer.step()
+
+            rewards = self._head_rewards(data)  # (batch, n_heads)
+            for k, name in enumerate(self._heads):
+                reward_means[name].append(rewards[:, k].mean().item())
+            with th.no_grad():
+                next_actions, next_log_prob = self.actor.action_log_prob(data.next_observations)
+                next_q = th.stack(self.critic_target(data.next_observations, next_actions), dim=0)
+                next_q = next_q.reshape(next_q.shape[0], -1, n_heads)  # (critics, batch, heads)
+                pick = next_q.sum(dim=2).argmin(dim=0)  # per sample: the pessimistic critic
+                next_q = next_q[pick, th.arange(next_q.shape[1], device=self.device)]  # (batch, heads)
+                next_q[:, self._entropy_head] -= ent_coef * next_log_prob.reshape(-1)
+                not_done = 1.0 - data.dones.reshape(-1, 1) * self._episodic.reshape(1, -1)
+                target_q = rewards + not_done * self._gammas.reshape(1, -1) * next_q
+
+            current_q = self.critic(data.observations, data.actions)
+            critic_loss = 0.5 * sum(F.mse_loss(q.reshape(-1, n_heads), target_q) for q in current_q)
+            critic_losses.append(critic_loss.item())
+            self.critic.optimizer.zero_grad()
+            critic_loss.backward()
+            self.critic.optimizer.step()
+
+            q_pi = th.stack(
+                [q.reshape(-1, n_heads).sum(dim=1) for q in self.critic(data.observations, actions_pi)], 1
+            )
+            min_q_pi, _ = th.min(q_pi, dim=1, keepdim=True)
+            actor_loss = (ent_coef * log_prob - min_q_pi).mean()
+            actor_losses.append(actor_loss.item())
+            self.actor.optimizer.zero_grad()
+            actor_loss.backward()
+            self.actor.optimizer.step()
+
+            for name, signal in self.signals.items():
+                batch = signal.batch(data.observations, data.actions, data.next_observations, data.dones)
+                for key, value in signal.update(batch).items():
+                    signal_stats[name][key].append(float(value))
+            self._update_bc()
+
+            if gradient_step % self.target_update_interval == 0:
+                polyak_update(self.critic.parameters(), self.critic_target.parameters(), self.tau)
+                polyak_update(self.batch_norm_stats, self.batch_norm_stats_target, 1.0)
+
+        self._n_updates += gradient_steps
+        self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
+        self.logger.record("train/ent_coef", np.mean(ent_coefs))
+        self.logger.record("train/actor_loss", np.mean(actor_losses))
+        self.logger.record("train/critic_loss", np.mean(critic_losses))
+        if len(ent_coef_losses) > 0:
+            self.logger.record("train/ent_coef_loss", np.mean(ent_coef_losses))
+        for name in self._heads:
+            log_stats(self.logger, f"reward_signals/{name}", {"reward": reward_means[name]})
+        for name, stats in signal_stats.items():
+            log_stats(self.logger, f"reward_signals/{name}", stats)
+
+    def intrinsic_rewards(
+        self, obs: Any, actions: Any, next_obs: Any, dones: Any = None
+    ) -> dict[str, np.ndarray]:
+        """``{signal: strength * reward}`` of each intrinsic signal for a batch of transitions."""
+        if self.signals is None:
+            return {}
+        return {
+            name: self._signal_settings[name]["strength"] * signal.reward(obs, actions, next_obs, dones)
+            for name, signal in self.signals.items()
+        }

@@ -1,0 +1,1 @@
+"""Configuration: shipped hyperparameters, the ML-Agents trainer YAML mapping, model arguments, validation helpers."""

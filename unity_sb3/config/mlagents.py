@@ -1,0 +1,328 @@
+"""ML-Agents trainer configs (the YAML of ``mlagents-learn``) as unity-sb3 runs.
+
+``unity-sb3 train --config 3DBall.yaml`` accepts the file ML-Agents users already have::
+
+    behaviors:
+      3DBall:
+        trainer_type: ppo
+        hyperparameters: {batch_size: 64, buffer_size: 12000, beta: 0.001, ...}
+        network_settings: {normalize: true, hidden_units: 128, num_layers: 2}
+        reward_signals: {extrinsic: {gamma: 0.99, strength: 1.0}}
+        max_steps: 500000
+    environment_parameters: {...}
+    engine_settings: {time_scale: 20}
+
+:func:`convert_mlagents_config` maps it onto an SB3 algorithm and the project's plugins and
+records every decision as a row of :meth:`MLAgentsRun.table` (ML-Agents key -> SB3 setting).
+Settings with no SB3 counterpart are listed with the reason and each one is warned about
+(:class:`MLAgentsConfigWarning`). Unknown keys raise :class:`MLAgentsConfigError` with the
+closest valid spelling.
+
+Units. ML-Agents counts *agent* steps over all agents of the behavior; SB3 counts steps per
+``VecEnv`` slot, and one ``UnityVecEnv`` slot is one agent. So PPO's ``buffer_size`` (agent
+steps per update) becomes ``n_steps = ceil(buffer_size / n_slots)``, and SAC's
+``steps_per_update`` (agent steps per gradient step) becomes ``train_freq`` /
+``gradient_steps`` for ``n_slots`` agent steps per ``VecEnv`` step. The number of slots is only
+known once Unity is open, so these wait in ``hyperparams["mlagents_per_slot"]`` until
+:func:`prepare_model_args` resolves them against the environment. ``max_steps`` and
+``buffer_init_steps`` are already agent steps in SB3 (``num_timesteps`` grows by
+``n_slots`` per step).
+
+The hyperparameters produced stay plain YAML data (they are saved in the run's
+``config.yaml``): linear schedules are strings (``"lin_<start>"`` or
+``"lin_<start>_<end>"``, RL Zoo's convention extended with an end value) and
+``policy_kwargs`` is a Python expression string, both resolved by :func:`prepare_model_args`.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from unity_sb3.config.mlagents_schema import (
+    CHECKPOINT_KEYS,
+    ENGINE_KEYS,
+    ENV_SETTINGS_KEYS,
+    HYPERPARAMETER_DEFAULTS,
+    NETWORK_DEFAULTS,
+    RESTART_KEYS,
+    TOP_LEVEL_KEYS,
+    TORCH_KEYS,
+    TRAINER_KEYS,
+    TRAINER_TYPES,
+    MLAgentsConfigError,
+    MLAgentsConfigWarning,
+    MLAgentsRun,
+    _check_keys,
+    _choice,
+    _deep_update,
+    _Mapper,
+    _number,
+    _short,
+)
+from unity_sb3.config.mlagents_trainer import (
+    _map_behavioral_cloning,
+    _map_network,
+    _map_on_policy,
+    _map_reward_signals,
+    _map_sac,
+    _map_trainer_misc,
+)
+
+__all__ = [
+    "convert_mlagents_config",
+    "is_mlagents_config",
+    "load_mlagents_hyperparams",
+]
+
+
+def is_mlagents_config(data: Any) -> bool:
+    """Whether a loaded YAML mapping is an ML-Agents trainer config (it has ``behaviors:``)."""
+    return isinstance(data, Mapping) and "behaviors" in data
+
+
+def _load(config: str | Path | Mapping[str, Any]) -> dict[str, Any]:
+    if isinstance(config, Mapping):
+        return dict(config)
+    path = Path(config)
+    if not path.is_file():
+        raise FileNotFoundError(f"ML-Agents config file not found: {path}")
+    data = yaml.safe_load(path.read_text())
+    if not isinstance(data, Mapping):
+        raise MLAgentsConfigError(f"{path} must hold a YAML mapping with a 'behaviors:' section.")
+    return dict(data)
+
+
+def _pick_behavior(behaviors: Mapping[str, Any], behavior: str | None, scene_behaviors: list[str]) -> str:
+    names = list(behaviors)
+    if behavior is not None:
+        base = behavior.split("?")[0]
+        if base in behaviors:
+            return base
+        raise MLAgentsConfigError(
+            f"behavior {behavior!r} is not in the config's behaviors ({', '.join(names)}); "
+            "pick one with --behavior or add an entry (or default_settings) for it."
+        )
+    if len(names) == 1:
+        return names[0]
+    matching = [name for name in names if name in scene_behaviors]
+    if len(matching) == 1:
+        return matching[0]
+    raise MLAgentsConfigError(
+        f"the config has several behaviors ({', '.join(names)}); pass --behavior NAME "
+        "(one UnityVecEnv trains one behavior)."
+    )
+
+
+def _scene_behaviors(env: str | None) -> list[str]:
+    """Behavior names (without ``?team=``) of an embedded scene, or [] for builds and unknown names."""
+    if env is None:
+        return []
+    try:
+        from unity_sb3.scenes import SCENES, scene_class
+
+        name = env.removeprefix("unity_sb3/").removesuffix("-v0")
+        if name.lower() not in {s.lower() for s in SCENES}:
+            return []
+        cls = scene_class(name)
+        names = getattr(cls, "behavior_names", None) or [getattr(cls, "behavior_name", "")]
+        return [n.split("?")[0] for n in names if n]
+    except Exception:  # description only: never fail the conversion because of it
+        return []
+
+
+def convert_mlagents_config(
+    config: str | Path | Mapping[str, Any],
+    behavior: str | None = None,
+    env: str | None = None,
+) -> MLAgentsRun:
+    """Map one behavior of an ML-Agents trainer config onto a unity-sb3 algorithm.
+
+    :param config: the YAML file, or its loaded mapping.
+    :param behavior: the behavior to train (name with or without ``?team=``); default: the only
+        one, or the one the embedded scene ``env`` has.
+    :param env: the scene or build the run uses (only to pick the behavior).
+    :return: the mapped run; nothing is printed or warned here (see
+        :func:`load_mlagents_hyperparams`).
+    :raises MLAgentsConfigError: unknown keys (with the closest valid one), bad values, or a
+        behavior that cannot be chosen.
+    """
+    data = _load(config)
+    _check_keys(data, TOP_LEVEL_KEYS, "the ML-Agents config (top level)")
+    behaviors = data.get("behaviors")
+    if not isinstance(behaviors, Mapping) or not behaviors:
+        raise MLAgentsConfigError("'behaviors' must map at least one behavior name to its trainer settings.")
+    defaults = data.get("default_settings") or {}
+    _check_keys(defaults, TRAINER_KEYS, "default_settings")
+    name = (
+        behavior.split("?")[0] if behavior and defaults and behavior.split("?")[0] not in behaviors else None
+    )
+    if name is None:
+        name = _pick_behavior(behaviors, behavior, _scene_behaviors(env))
+    settings = _deep_update(dict(defaults), behaviors.get(name) or {})
+    where = f"behaviors.{name}"
+    _check_keys(settings, TRAINER_KEYS, where)
+    trainer_type = _choice(settings.get("trainer_type", "ppo"), TRAINER_TYPES, f"{where}.trainer_type")
+    m = _Mapper(name, trainer_type)
+    m.row("trainer_type", trainer_type, f"algorithm {trainer_type}")
+
+    hyper = dict(HYPERPARAMETER_DEFAULTS[trainer_type])
+    given = settings.get("hyperparameters") or {}
+    _check_keys(given, tuple(hyper), f"{where}.hyperparameters ({trainer_type})")
+    hyper.update(given)
+    network = dict(NETWORK_DEFAULTS)
+    given_net = settings.get("network_settings") or {}
+    _check_keys(given_net, tuple(NETWORK_DEFAULTS), f"{where}.network_settings")
+    network.update(given_net)
+
+    gamma = _map_reward_signals(m, settings.get("reward_signals"), f"{where}.reward_signals")
+    if trainer_type == "sac":
+        _map_sac(m, hyper, gamma, where)
+    else:
+        _map_on_policy(m, hyper, gamma, where)
+    _map_network(m, network, where)
+    _map_behavioral_cloning(m, settings.get("behavioral_cloning"), where)
+    _map_trainer_misc(m, settings)
+    _map_top_level(m, data)
+    return m.run
+
+
+def _map_top_level(m: _Mapper, data: Mapping[str, Any]) -> None:
+    params = data.get("environment_parameters")
+    if params is not None:
+        from unity_sb3.unity.parameters import EnvironmentParameters
+
+        params = _normalize_lessons(params)
+        parsed = EnvironmentParameters(params)  # validates samplers and curricula now
+        m.run.open_kwargs["environment_parameters"] = params
+        target = "open_unity(environment_parameters=...)"
+        if parsed.has_curriculum:
+            target += " + CurriculumCallback"
+        m.row("environment_parameters", ", ".join(params), target)
+    engine = data.get("engine_settings")
+    if engine:
+        _check_keys(engine, ENGINE_KEYS, "engine_settings")
+        engine = dict(engine)
+        no_graphics = engine.pop("no_graphics", None)
+        if no_graphics is not None:
+            m.run.open_kwargs["no_graphics"] = bool(no_graphics)
+            m.row("engine_settings.no_graphics", no_graphics, f"open_unity(no_graphics={bool(no_graphics)})")
+        if engine:
+            from unity_sb3.unity.channels import EngineSettings
+
+            defaults = EngineSettings()
+            full = {k: engine.get(k, getattr(defaults, k)) for k in ENGINE_KEYS if k != "no_graphics"}
+            EngineSettings(**full)  # validate
+            m.run.open_kwargs["engine_settings"] = full
+            m.row("engine_settings", _short(engine), "EngineSettings(...)", "replaces --time-scale")
+    env_settings = data.get("env_settings")
+    if env_settings:
+        _check_keys(env_settings, ENV_SETTINGS_KEYS, "env_settings")
+        for key, value in env_settings.items():
+            if value is None:
+                continue
+            if key == "env_args":
+                m.run.open_kwargs["additional_args"] = list(value)
+                m.row("env_settings.env_args", value, "open_unity(additional_args=...)")
+            elif key == "base_port":
+                m.run.open_kwargs["base_port"] = int(value)
+                m.row("env_settings.base_port", value, f"open_unity(base_port={int(value)})")
+            elif key == "timeout_wait":
+                m.run.open_kwargs["timeout_wait"] = float(value)
+                m.row("env_settings.timeout_wait", value, f"open_unity(timeout_wait={float(value)})")
+            elif key in RESTART_KEYS:
+                m.run.restarts[RESTART_KEYS[key]] = _restart_setting(key, value)
+            else:
+                flag = {"env_path": "--env", "num_envs": "--num-envs", "seed": "--seed"}.get(key)
+                why = f"give it on the command line ({flag})" if flag else "not supported by unity-sb3"
+                m.ignore(f"env_settings.{key}", value, why)
+    if m.run.restarts:
+        for key, target in RESTART_KEYS.items():
+            if target in m.run.restarts:
+                value = m.run.restarts[target]
+                m.row(f"env_settings.{key}", value, f"--{target.replace('_', '-')} {value}")
+        m.row(
+            "(a restart setting is given)",
+            None,
+            f"restart_on_crash={m.run.restart_on_crash}",
+            "ML-Agents re-opens crashed instances unless max_lifetime_restarts is 0",
+        )
+    checkpoint = data.get("checkpoint_settings")
+    if checkpoint:
+        _check_keys(checkpoint, CHECKPOINT_KEYS, "checkpoint_settings")
+        for key, value in checkpoint.items():
+            m.ignore(
+                f"checkpoint_settings.{key}",
+                value,
+                "use unity-sb3 train --run-id/--results-dir/--resume/--force",
+            )
+    torch_settings = data.get("torch_settings")
+    if torch_settings:
+        _check_keys(torch_settings, TORCH_KEYS, "torch_settings")
+        if torch_settings.get("device") is not None:
+            m.ignore("torch_settings.device", torch_settings["device"], "use unity-sb3 train --device")
+    if data.get("debug"):
+        m.ignore("debug", True, "use -v/--verbose")
+
+
+def _restart_setting(key: str, value: Any) -> int | float:
+    """Check one ``env_settings`` restart value (ML-Agents' meaning) and return it."""
+    where = f"env_settings.{key}"
+    if key == "restarts_rate_limit_period_s":
+        seconds = _number(value, where)
+        if seconds <= 0:
+            raise MLAgentsConfigError(f"{where} must be a positive number of seconds, got {value!r}.")
+        return seconds
+    if isinstance(value, bool) or not isinstance(value, int) or value < -1:
+        raise MLAgentsConfigError(f"{where} must be a whole number >= 0, or -1 for no limit; got {value!r}.")
+    return value
+
+
+def _normalize_lessons(params: Any) -> Any:
+    """Accept lessons written ``- Lesson0: {value: ...}`` (an ML-Agents 0.x-era form) as ``- name: Lesson0``."""
+    if not isinstance(params, Mapping):
+        return params
+    out: dict[str, Any] = {}
+    for key, value in params.items():
+        if isinstance(value, Mapping) and isinstance(value.get("curriculum"), list):
+            lessons = []
+            for lesson in value["curriculum"]:
+                if (
+                    isinstance(lesson, Mapping)
+                    and len(lesson) == 1
+                    and "name" not in lesson
+                    and isinstance(next(iter(lesson.values())), Mapping)
+                    and "value" in next(iter(lesson.values()))
+                ):
+                    ((name, body),) = lesson.items()
+                    lesson = {"name": name, **body}
+                lessons.append(lesson)
+            value = {**value, "curriculum": lessons}
+        out[key] = value
+    return out
+
+
+def load_mlagents_hyperparams(
+    config: str | Path | Mapping[str, Any],
+    behavior: str | None = None,
+    env: str | None = None,
+    verbose: bool = True,
+) -> dict[str, Any]:
+    """Convert an ML-Agents config for ``unity-sb3 train``: print the table, warn per unhonored setting.
+
+    :return: :meth:`MLAgentsRun.as_hyperparams` (includes ``algo``).
+    """
+    run = convert_mlagents_config(config, behavior=behavior, env=env)
+    if verbose:
+        print(run.table())
+    for row in run.unhonored:
+        warnings.warn(
+            f"ML-Agents setting {row.source}={_short(row.value)} is not honored: {row.note}.",
+            MLAgentsConfigWarning,
+            stacklevel=3,
+        )
+    return run.as_hyperparams()

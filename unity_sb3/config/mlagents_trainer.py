@@ -1,0 +1,339 @@
+"""ML-Agents trainer YAML: one behavior's trainer section -> SB3 constructor arguments."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from unity_sb3.config.mlagents_schema import (
+    _CADENCE,
+    BC_KEYS,
+    MEMORY_DEFAULTS,
+    SCHEDULE_FLOORS,
+    SCHEDULE_TYPES,
+    SIGNAL_NAMES,
+    VIS_ENCODE_TYPES,
+    MLAgentsConfigError,
+    _check_keys,
+    _choice,
+    _Mapper,
+    _number,
+    _short,
+)
+
+
+def _map_reward_signals(m: _Mapper, signals: Any, where: str) -> float:
+    """Extrinsic gamma -> ``gamma``; other signals (or a non-unit strength) -> ``reward_signals=``."""
+    if signals is None:
+        signals = {"extrinsic": {"gamma": 0.99, "strength": 1.0}}
+    if not isinstance(signals, Mapping) or not signals:
+        raise MLAgentsConfigError(
+            f"{where} must map signal names ({', '.join(SIGNAL_NAMES)}) to their settings."
+        )
+    _check_keys(signals, SIGNAL_NAMES, where)
+    extrinsic = signals.get("extrinsic") or {}
+    gamma = _number(extrinsic.get("gamma", 0.99), f"{where}.extrinsic.gamma", 0.0)
+    m.row("reward_signals.extrinsic.gamma", gamma, f"gamma={gamma}")
+    m.run.hyperparams["gamma"] = gamma
+    plain = set(signals) == {"extrinsic"} and float(extrinsic.get("strength", 1.0)) == 1.0
+    if plain:
+        m.row(
+            "reward_signals.extrinsic.strength",
+            extrinsic.get("strength", 1.0),
+            "reward as is",
+            "plain SB3 update",
+        )
+        return gamma
+    converted = {key: dict(value or {}) for key, value in signals.items()}
+    if m.run.trainer_type == "poca":
+        m.ignore(
+            "reward_signals",
+            ", ".join(s for s in signals if s != "extrinsic") or "extrinsic.strength",
+            "POCA has no reward signals in unity-sb3 (only the extrinsic reward, at strength 1)",
+        )
+        return gamma
+    m.run.hyperparams["reward_signals"] = converted
+    for signal in converted:
+        m.row(
+            f"reward_signals.{signal}",
+            _short(converted[signal]),
+            f"reward_signals[{signal!r}]",
+            "one value head per signal",
+        )
+    return gamma
+
+
+def _schedule(value: float, kind: str, schedule: str) -> float | str:
+    if schedule == "constant":
+        return value
+    return f"lin_{value!r}_{SCHEDULE_FLOORS[kind]!r}"
+
+
+def _map_on_policy(m: _Mapper, hyper: dict[str, Any], gamma: float, where: str) -> None:
+    h = f"{where}.hyperparameters"
+    out = m.run.hyperparams
+    batch = _number(hyper["batch_size"], f"{h}.batch_size", 1, integer=True)
+    buffer = _number(hyper["buffer_size"], f"{h}.buffer_size", 1, integer=True)
+    if batch > buffer:
+        raise MLAgentsConfigError(f"{h}: batch_size ({batch}) must not exceed buffer_size ({buffer}).")
+    lr = _number(hyper["learning_rate"], f"{h}.learning_rate", 0.0)
+    lr_schedule = _choice(hyper["learning_rate_schedule"], SCHEDULE_TYPES, f"{h}.learning_rate_schedule")
+    beta_schedule = _choice(hyper["beta_schedule"] or lr_schedule, SCHEDULE_TYPES, f"{h}.beta_schedule")
+    eps_schedule = _choice(hyper["epsilon_schedule"] or lr_schedule, SCHEDULE_TYPES, f"{h}.epsilon_schedule")
+    beta = _number(hyper["beta"], f"{h}.beta", 0.0)
+    epsilon = _number(hyper["epsilon"], f"{h}.epsilon", 0.0)
+    lambd = _number(hyper["lambd"], f"{h}.lambd", 0.0)
+    epochs = _number(hyper["num_epoch"], f"{h}.num_epoch", 1, integer=True)
+
+    out["batch_size"] = batch
+    m.row("hyperparameters.batch_size", batch, f"batch_size={batch}")
+    out["mlagents_per_slot"] = {"buffer_size": buffer}
+    m.row(
+        "hyperparameters.buffer_size",
+        buffer,
+        "n_steps=ceil(buffer_size / n_slots)",
+        "SB3's n_steps counts steps per slot (one slot = one agent); resolved when Unity is open",
+    )
+    m.row("hyperparameters.beta", beta, f"ent_coef={beta}")
+    m.row("hyperparameters.epsilon", epsilon, f"clip_range={epsilon}")
+    m.row("hyperparameters.lambd", lambd, f"gae_lambda={lambd}")
+    m.row("hyperparameters.num_epoch", epochs, f"n_epochs={epochs}")
+    out.update(gae_lambda=lambd, n_epochs=epochs)
+    if m.run.trainer_type == "poca":
+        # POCA implements ML-Agents' schedules itself: one `schedule` for lr, clip range and entropy.
+        out.update(learning_rate=lr, clip_range=epsilon, ent_coef=beta, schedule=lr_schedule)
+        m.row("hyperparameters.learning_rate", lr, f"learning_rate={lr}")
+        m.row(
+            "hyperparameters.learning_rate_schedule",
+            lr_schedule,
+            f"schedule={lr_schedule!r}",
+            "POCA decays lr, clip and entropy with ML-Agents' floors",
+        )
+        for key, kind, sched, value, target in (
+            ("epsilon_schedule", "epsilon", eps_schedule, epsilon, "clip_range"),
+            ("beta_schedule", "beta", beta_schedule, beta, "ent_coef"),
+        ):
+            if sched != lr_schedule:
+                out[target] = _schedule(value, kind, sched)
+                m.row(f"hyperparameters.{key}", sched, f"{target}={out[target]!r}")
+        out["max_grad_norm"] = None
+        m.row("(ML-Agents has no gradient clipping)", None, "max_grad_norm=None")
+        return
+    out["learning_rate"] = _schedule(lr, "learning_rate", lr_schedule)
+    m.row("hyperparameters.learning_rate", lr, f"learning_rate={out['learning_rate']!r}")
+    m.row(
+        "hyperparameters.learning_rate_schedule",
+        lr_schedule,
+        "linear -> lin_<start>_<floor> schedule" if lr_schedule == "linear" else "constant",
+    )
+    out["clip_range"] = _schedule(epsilon, "epsilon", eps_schedule)
+    m.row("hyperparameters.epsilon_schedule", eps_schedule, f"clip_range={out['clip_range']!r}")
+    out["ent_coef"] = beta
+    if beta_schedule == "linear" and beta > 0:
+        m.ignore(
+            "hyperparameters.beta_schedule",
+            "linear" if hyper["beta_schedule"] else "linear (follows learning_rate_schedule)",
+            f"SB3 PPO's ent_coef is a constant; it stays at {beta}",
+            f"ent_coef={beta}",
+        )
+    if hyper.get("shared_critic"):
+        m.ignore("hyperparameters.shared_critic", True, "SB3 PPO keeps separate actor and critic networks")
+
+
+def _map_sac(m: _Mapper, hyper: dict[str, Any], gamma: float, where: str) -> None:
+    h = f"{where}.hyperparameters"
+    out = m.run.hyperparams
+    batch = _number(hyper["batch_size"], f"{h}.batch_size", 1, integer=True)
+    buffer = _number(hyper["buffer_size"], f"{h}.buffer_size", 1, integer=True)
+    lr = _number(hyper["learning_rate"], f"{h}.learning_rate", 0.0)
+    lr_schedule = _choice(hyper["learning_rate_schedule"], SCHEDULE_TYPES, f"{h}.learning_rate_schedule")
+    init_steps = _number(hyper["buffer_init_steps"], f"{h}.buffer_init_steps", 0, integer=True)
+    tau = _number(hyper["tau"], f"{h}.tau", 0.0)
+    per_update = _number(hyper["steps_per_update"], f"{h}.steps_per_update", 0.0)
+    if per_update <= 0:
+        raise MLAgentsConfigError(f"{h}.steps_per_update must be > 0, got {per_update}.")
+    entcoef = _number(hyper["init_entcoef"], f"{h}.init_entcoef", 0.0)
+    out.update(batch_size=batch, buffer_size=buffer, learning_starts=init_steps, tau=tau)
+    out["learning_rate"] = _schedule(lr, "learning_rate", lr_schedule)
+    out["ent_coef"] = f"auto_{entcoef!r}"
+    out["mlagents_per_slot"] = {"steps_per_update": per_update}
+    m.row("hyperparameters.batch_size", batch, f"batch_size={batch}")
+    m.row("hyperparameters.buffer_size", buffer, f"buffer_size={buffer}", "both count agent transitions")
+    m.row("hyperparameters.learning_rate", lr, f"learning_rate={out['learning_rate']!r}")
+    m.row(
+        "hyperparameters.learning_rate_schedule",
+        lr_schedule,
+        "linear -> lin_<start>_<floor> schedule" if lr_schedule == "linear" else "constant",
+    )
+    m.row(
+        "hyperparameters.buffer_init_steps",
+        init_steps,
+        f"learning_starts={init_steps}",
+        "agent steps in both",
+    )
+    m.row("hyperparameters.tau", tau, f"tau={tau}")
+    m.row(
+        "hyperparameters.steps_per_update",
+        per_update,
+        "train_freq / gradient_steps",
+        "n_slots agent steps per VecEnv step -> n_slots/steps_per_update gradient steps; resolved when Unity is open",
+    )
+    m.row(
+        "hyperparameters.init_entcoef",
+        entcoef,
+        f"ent_coef={out['ent_coef']!r}",
+        "learned, starting at init_entcoef",
+    )
+    save_buffer = hyper["save_replay_buffer"]
+    if not isinstance(save_buffer, bool):
+        raise MLAgentsConfigError(f"{h}.save_replay_buffer must be true or false, got {save_buffer!r}.")
+    m.run.save_replay_buffer = save_buffer
+    m.row(
+        "hyperparameters.save_replay_buffer",
+        save_buffer,
+        f"unity-sb3 train {'--save-replay-buffer' if save_buffer else '(no replay buffer file)'}",
+        "checkpoints/replay_buffer.pkl beside each checkpoint, loaded by --resume" if save_buffer else "",
+    )
+    rs = hyper["reward_signal_steps_per_update"]
+    if rs is not None and float(rs) != per_update:
+        m.ignore(
+            "hyperparameters.reward_signal_steps_per_update",
+            rs,
+            "reward signals are updated once per SAC gradient step (rate of steps_per_update)",
+        )
+
+
+def _map_network(m: _Mapper, network: dict[str, Any], where: str) -> None:
+    n = f"{where}.network_settings"
+    units = _number(network["hidden_units"], f"{n}.hidden_units", 1, integer=True)
+    layers = _number(network["num_layers"], f"{n}.num_layers", 0, integer=True)
+    arch = [units] * layers
+    extra = ""
+    if m.run.trainer_type == "poca":
+        extra = f", critic_net_arch={arch}, critic_embed_dim={units}"
+    m.run.hyperparams["policy_kwargs"] = f"dict(net_arch={arch}, activation_fn=nn.SiLU{extra})"
+    m.row(
+        "network_settings.hidden_units/num_layers",
+        f"{units} x {layers}",
+        f"policy_kwargs net_arch={arch}",
+        "separate actor and critic, as ML-Agents",
+    )
+    m.row("(ML-Agents uses Swish)", None, "activation_fn=nn.SiLU")
+    normalize = network["normalize"]
+    if not isinstance(normalize, bool):
+        raise MLAgentsConfigError(f"{n}.normalize must be true or false, got {normalize!r}.")
+    if normalize:
+        m.run.normalize = {"norm_obs": True, "norm_reward": False}
+        m.row(
+            "network_settings.normalize",
+            True,
+            "VecNormalize(norm_obs=True, norm_reward=False)",
+            "running mean/std of observations",
+        )
+    else:
+        m.row("network_settings.normalize", False, "no VecNormalize")
+    vis = _choice(network["vis_encode_type"], VIS_ENCODE_TYPES, f"{n}.vis_encode_type")
+    m.run.hyperparams["policy_kwargs"] = (
+        m.run.hyperparams["policy_kwargs"][:-1]
+        + f", features_extractor_class=UnityMultiInputExtractor, features_extractor_kwargs=dict(encoder={vis!r}))"
+    )
+    m.row(
+        "network_settings.vis_encode_type",
+        vis,
+        f"UnityMultiInputExtractor(encoder={vis!r})",
+        "ML-Agents' encoder for every image observation; vectors are concatenated as they are",
+    )
+    memory = network["memory"]
+    if memory is not None:
+        _check_keys(memory, tuple(MEMORY_DEFAULTS), f"{n}.memory")
+        mem = {**MEMORY_DEFAULTS, **memory}
+        size = _number(mem["memory_size"], f"{n}.memory.memory_size", 2, integer=True)
+        if size % 2:
+            raise MLAgentsConfigError(
+                f"{n}.memory.memory_size must be even (LSTM hidden + cell state), got {size}."
+            )
+        if m.run.trainer_type != "ppo":
+            m.ignore(
+                "network_settings.memory",
+                _short(memory),
+                f"no recurrent {m.run.trainer_type.upper()} in unity-sb3; the policy has no memory",
+            )
+        else:
+            m.run.algo = "recurrent_ppo"
+            m.run.hyperparams["policy_kwargs"] = (
+                m.run.hyperparams["policy_kwargs"][:-1] + f", lstm_hidden_size={size // 2})"
+            )
+            m.row(
+                "network_settings.memory.memory_size",
+                size,
+                f"recurrent_ppo, lstm_hidden_size={size // 2}",
+                "ML-Agents' memory holds the LSTM's hidden and cell state",
+            )
+            m.ignore(
+                "network_settings.memory.sequence_length",
+                mem["sequence_length"],
+                "RecurrentPPO backpropagates through whole rollout sequences, not fixed-length chunks",
+            )
+            for key in ("reward_signals", "behavioral_cloning"):
+                if key in m.run.hyperparams:
+                    m.run.hyperparams.pop(key)
+                    m.ignore(
+                        key,
+                        "...",
+                        "sb3-contrib's RecurrentPPO has no reward signals or BC term; only the extrinsic reward is used",
+                    )
+    for key in ("goal_conditioning_type", "conditioning_type"):
+        if network[key] != "hyper":
+            m.ignore(
+                f"network_settings.{key}", network[key], "goal signals are plain observations in SB3 policies"
+            )
+    if network["deterministic"]:
+        m.ignore("network_settings.deterministic", True, "use deterministic=True when predicting/evaluating")
+
+
+def _map_behavioral_cloning(m: _Mapper, bc: Any, where: str) -> None:
+    if bc is None:
+        return
+    _check_keys(bc, BC_KEYS, f"{where}.behavioral_cloning")
+    if "demo_path" not in bc:
+        raise MLAgentsConfigError(f"{where}.behavioral_cloning needs demo_path (a .demo file or folder).")
+    if m.run.trainer_type == "poca":
+        m.ignore(
+            "behavioral_cloning",
+            _short(bc),
+            "POCA has no BC term in unity-sb3; pretrain with unity_sb3.pretrain_bc",
+        )
+        return
+    m.run.hyperparams["behavioral_cloning"] = dict(bc)
+    m.row("behavioral_cloning", _short(bc), "behavioral_cloning=", "same keys and meaning")
+
+
+def _map_trainer_misc(m: _Mapper, settings: Mapping[str, Any]) -> None:
+    max_steps = _number(settings.get("max_steps", 500_000), "max_steps", 1)
+    m.run.n_timesteps = int(max_steps)
+    m.row("max_steps", int(max_steps), f"n_timesteps={int(max_steps)}", "agent steps in both")
+    if "time_horizon" in settings:
+        on_policy = m.run.trainer_type != "sac"
+        why = (
+            "SB3 cuts trajectories (and bootstraps) only at rollout ends (n_steps) and episode ends"
+            if on_policy
+            else "SAC stores single transitions; there are no trajectory chunks to cut"
+        )
+        m.ignore("time_horizon", settings["time_horizon"], why)
+    for key, target, minimum, note in _CADENCE:
+        value = settings.get(key)
+        if value is None:
+            continue
+        value = max(_number(value, key, minimum, integer=True), 0)  # ML-Agents: <= 0 keeps all
+        m.run.cadence[target] = int(value)
+        m.row(key, int(value), f"unity-sb3 train {target}={int(value)}", note)
+    ignored = {
+        "threaded": "SB3 collects and updates in one thread",
+        "init_path": "load the model with ALGO.load(path) and continue with learn()",
+        "self_play": "self-play (ghost trainer) is not implemented in unity-sb3",
+    }
+    for key, why in ignored.items():
+        if key in settings and settings[key] is not None:
+            if key == "threaded" and not settings[key]:
+                continue
+            m.ignore(key, settings[key], why)

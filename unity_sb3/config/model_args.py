@@ -1,0 +1,162 @@
+"""Saved (plain-data) hyperparameters -> constructor arguments for an environment."""
+
+from __future__ import annotations
+
+import difflib
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from unity_sb3.config.mlagents_schema import SCHEDULE_KEYS, MLAgentsConfigError
+
+__all__: list[str] = []
+
+
+# --------------------------------------------------------------------------------------------
+# Resolution once the environment exists
+# --------------------------------------------------------------------------------------------
+def resolve_schedule(value: Any) -> Any:
+    """``"lin_<start>"`` (to 0, RL Zoo) or ``"lin_<start>_<end>"`` -> an SB3 schedule; other values as they are."""
+    if not (isinstance(value, str) and value.startswith("lin_")):
+        return value
+    from stable_baselines3.common.utils import FloatSchedule, LinearSchedule
+
+    parts = value.split("_")[1:]
+    try:
+        numbers = [float(p) for p in parts]
+    except ValueError:
+        numbers = []
+    if len(numbers) not in (1, 2):
+        raise MLAgentsConfigError(f"bad schedule {value!r}: write lin_<start> or lin_<start>_<end>.")
+    start, end = numbers[0], numbers[1] if len(numbers) == 2 else 0.0
+    return FloatSchedule(LinearSchedule(start, end, 1.0))
+
+
+def _auto_policy(observation_space: Any) -> str:
+    from gymnasium import spaces
+    from stable_baselines3.common.preprocessing import is_image_space
+
+    if isinstance(observation_space, spaces.Dict):
+        return "MultiInputPolicy"
+    if is_image_space(observation_space):
+        return "CnnPolicy"
+    return "MlpPolicy"
+
+
+def prepare_model_args(
+    algo: str, policy: Any, hyperparams: Mapping[str, Any], env: Any
+) -> tuple[Any, dict[str, Any]]:
+    """Turn saved (plain-data) hyperparameters into constructor arguments for ``env``.
+
+    Resolves ``mlagents_per_slot`` against ``env.num_envs`` (PPO/POCA/RecurrentPPO
+    ``buffer_size`` -> ``n_steps``; SAC ``steps_per_update`` -> ``train_freq`` and
+    ``gradient_steps``), linear schedule strings, ``policy_kwargs`` strings and
+    ``policy="auto"``.
+
+    :param algo: algorithm name.
+    :param policy: policy name or class; ``"auto"`` picks from the observation space.
+    :param hyperparams: constructor arguments as saved.
+    :param env: the (VecEnv) environment the model will train on.
+    :return: ``(policy, kwargs)``.
+    """
+    kwargs = dict(hyperparams)
+    n_slots = int(getattr(env, "num_envs", 1))
+    per_slot = kwargs.pop("mlagents_per_slot", None) or {}
+    if "buffer_size" in per_slot:
+        buffer = int(per_slot["buffer_size"])
+        kwargs["n_steps"] = max(1, math.ceil(buffer / n_slots))
+        rollout = kwargs["n_steps"] * n_slots
+        if int(kwargs.get("batch_size", 1)) > rollout:
+            kwargs["batch_size"] = rollout
+        print(
+            f"buffer_size {buffer} with {n_slots} slots -> n_steps={kwargs['n_steps']} ({rollout} agent steps per update)"
+        )
+    if "steps_per_update" in per_slot:
+        per_update = float(per_slot["steps_per_update"])
+        if per_update <= n_slots:
+            kwargs["train_freq"], kwargs["gradient_steps"] = 1, max(1, round(n_slots / per_update))
+        else:
+            kwargs["train_freq"], kwargs["gradient_steps"] = max(1, round(per_update / n_slots)), 1
+        print(
+            f"steps_per_update {per_update:g} with {n_slots} slots -> train_freq={kwargs['train_freq']}, "
+            f"gradient_steps={kwargs['gradient_steps']}"
+        )
+    for key in SCHEDULE_KEYS:
+        if key in kwargs:
+            if (
+                key == "ent_coef"
+                and isinstance(kwargs[key], str)
+                and kwargs[key].startswith("lin_")
+                and algo != "poca"
+            ):
+                raise MLAgentsConfigError(
+                    f"{algo}: ent_coef cannot be a schedule ({kwargs[key]!r}); give a number."
+                )
+            kwargs[key] = resolve_schedule(kwargs[key])
+    if isinstance(kwargs.get("policy_kwargs"), str):
+        kwargs["policy_kwargs"] = parse_policy_kwargs(kwargs["policy_kwargs"])
+    if policy == "auto":
+        policy = _auto_policy(env.observation_space)
+    _check_hyperparameter_names(algo, kwargs)
+    return policy, kwargs
+
+
+def _check_hyperparameter_names(algo: str, kwargs: Mapping[str, Any]) -> None:
+    """A misspelt hyperparameter gets its closest valid name (instead of ``__init__``'s TypeError)."""
+    import inspect
+
+    from unity_sb3.algorithms.registry import algorithm_class
+
+    try:
+        cls = algorithm_class(algo)
+    except (ValueError, ImportError):
+        return
+    names: set[str] = set()
+    for klass in cls.__mro__:  # subclasses hand **kwargs on to their parents
+        init = klass.__dict__.get("__init__")
+        if init is None:
+            continue
+        params = inspect.signature(init).parameters.values()
+        names.update(p.name for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD))
+        if not any(p.kind == p.VAR_KEYWORD for p in params):
+            break
+    else:
+        return  # takes any keyword: nothing to check against
+    names = {n for n in names if not n.startswith("_")} - {"self", "policy", "env"}
+    for key in kwargs:
+        if key not in names:
+            close = difflib.get_close_matches(str(key), sorted(names), n=1, cutoff=0.6)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise ValueError(
+                f"Unknown hyperparameter {key!r} for {algo} ({cls.__name__}).{hint} "
+                f"Valid ones: {', '.join(sorted(names))}."
+            )
+
+
+def parse_policy_kwargs(value: str | dict | None) -> dict[str, Any]:
+    """RL Zoo writes ``policy_kwargs`` as a Python expression string; accept that or a dict.
+
+    The string sees ``dict``, ``list``, ``tuple``, ``nn`` (``torch.nn``) and this project's
+    features extractors ``UnityMultiInputExtractor`` and ``UnityCnn`` (:mod:`unity_sb3.networks.extractors`).
+    """
+    if value is None:
+        return {}
+    if isinstance(value, dict):
+        return dict(value)
+    import torch.nn as nn
+
+    from unity_sb3.networks.extractors import UnityCnn, UnityMultiInputExtractor
+
+    namespace = {
+        "dict": dict,
+        "nn": nn,
+        "list": list,
+        "tuple": tuple,
+        "UnityMultiInputExtractor": UnityMultiInputExtractor,
+        "UnityCnn": UnityCnn,
+        "__builtins__": {},
+    }
+    result = eval(value, namespace)  # trusted: comes from our own or the user's YAML file
+    if not isinstance(result, dict):
+        raise ValueError(f"policy_kwargs must evaluate to a dict, got {type(result).__name__}: {value!r}")
+    return result

@@ -1,0 +1,376 @@
+"""Ball3D: ML-Agents' 3DBall (``Ball3DAgent`` on the ``3DBall`` prefab), physics included.
+
+Each agent is a 5x5x5 cube (the prefab's ``Agent``: scale 5, ``BoxCollider`` of size 1,
+rotated by its transform, no rigidbody) carrying a ball (radius 0.5, ``Rigidbody`` mass 1,
+drag 0, angular drag 0.01) on its top face, 2.5 above the cube's centre, about which it tilts.
+
+* Observation (8 floats, ``Ball3DAgent.CollectObservations``): the cube's rotation quaternion
+  components z and x, the ball's position relative to the cube's centre (x, y, z: the ball
+  rests at y = 3 on a level cube) and the ball's velocity (x, y, z), all in world axes.
+* Actions: 2 continuous, clamped to [-1, 1]. At every physics step (``DecisionRequester``
+  with ``TakeActionsBetweenDecisions``) the cube turns by ``2 * action[0]`` degrees about its
+  own z axis, then ``2 * action[1]`` degrees about its own x axis (``Transform.Rotate``),
+  each only while the quaternion component of that axis is below 0.25 in the direction of
+  the turn (so the tilt stops near 29 degrees).
+* Reward: 0.1 per decision while the ball stays; -1 and the episode ends when the ball is
+  more than 2 below the cube's centre or more than 3 from it along x or z (checked every
+  physics step, after the turn and before physics, as ``OnActionReceived`` does).
+* Episode start (``OnEpisodeBegin``): the cube is set level, turned by U(-10, 10) degrees
+  about x then about z; the ball is placed at (U(-1.5, 1.5), 4, U(-1.5, 1.5)) with zero
+  velocity (its spin is kept, as Unity does). ``max_steps`` = 5000 physics steps, a decision
+  every 5: a perfect agent scores 100.
+* Environment parameters (``SetResetParameters``): ``mass`` (default 1) and ``scale`` (ball
+  diameter, default 1), read at each episode start; plus ``gravity``. As in Unity, the mass
+  changes nothing in the motion (the ball only touches a static collider).
+
+Physics: Unity's 0.02 s fixed step and PhysX's rigid-body step for a sphere against a box
+that the agent's transform moves (a static collider: it pushes the ball out when it turns
+into it, but gives it no velocity of its own): gravity, then one contact (normal impulse
+with speculative contact within the contact offsets, Coulomb friction at the contact point
+coupling the ball's spin and slide), then semi-implicit Euler. Penetration is resolved by a
+bias velocity that moves the ball but is not kept in its reported velocity (PhysX's
+position iterations). Vectorised over agents, one physics step at a time.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+from mlagents_envs.base_env import (
+    ActionSpec,
+    ActionTuple,
+    BehaviorSpec,
+    DecisionSteps,
+    DimensionProperty,
+    ObservationSpec,
+    ObservationType,
+)
+from mlagents_envs.side_channel.stats_side_channel import StatsAggregationMethod
+
+from unity_sb3.scenes.base import EmbeddedScene
+from unity_sb3.unity.errors import UnityConfigurationError
+
+DT = 0.02  # s per physics step (Project/ProjectSettings/TimeManager.asset)
+DEG_PER_ACTION = 2.0  # degrees per physics step at action 1 (Ball3DAgent: 2f * Clamp(action))
+QUAT_LIMIT = 0.25  # a turn is allowed while |rotation.z| (or .x) < 0.25 in its direction
+HALF = 2.5  # half size of the cube (scale 5, BoxCollider size 1)
+LOST_SIDE = 3.0
+LOST_BELOW = -2.0
+START_HEIGHT = 4.0
+CONTACT_OFFSET = 0.02  # Unity's default contact offset (0.01) of both colliders
+BIAS = 0.8  # fraction of a penetration removed per step
+MAX_DEPENETRATION = 10.0  # m/s, Rigidbody.maxDepenetrationVelocity (Unity's default)
+FRICTION = 0.6  # Unity's default PhysicMaterial (static = dynamic friction)
+BOUNCE_THRESHOLD = 2.0  # m/s (DynamicsManager.asset)
+BOUNCINESS = 0.0
+ANGULAR_DRAG = 0.01  # 1/s (prefab)
+MAX_ANGULAR_VELOCITY = 7.0  # rad/s, Rigidbody.maxAngularVelocity (Unity's default)
+RAD = np.pi / 180.0
+
+
+def cross(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Cross products of vectors stored as columns: ``a``, ``b`` of shape (3, n) -> (3, n)."""
+    a, b = np.concatenate((a, a[:2])), np.concatenate((b, b[:2]))  # rows x y z x y
+    return a[1:4] * b[2:5] - a[2:5] * b[1:4]
+
+
+# q * AngleAxis(angle, axis) for q = (x, y, z, w): q c + q[perm] * sign s (c, s of the half angle)
+_TURN = {
+    2: ([1, 0, 3, 2], np.array([1.0, -1.0, 1.0, -1.0])[:, None]),
+    0: ([3, 2, 1, 0], np.array([1.0, 1.0, -1.0, -1.0])[:, None]),
+}
+
+
+def turn(
+    q: np.ndarray,
+    rot: np.ndarray,
+    half: tuple[np.ndarray, np.ndarray],
+    full: tuple[np.ndarray, np.ndarray],
+    axis: int,
+) -> None:
+    """Turn rotations about their own ``axis`` (``Transform.Rotate``), in place.
+
+    :param q: quaternions (x, y, z, w) as columns, shape (4, n).
+    :param rot: the same rotations as matrices, ``rot[:, j]`` = local axis j in world axes, shape (3, 3, n).
+    :param half: sine and cosine of half the turn angles, shape (n,) each.
+    :param full: sine and cosine of the turn angles, shape (n,) each.
+    :param axis: 0 for the local x axis, 2 for the local z axis.
+    """
+    s, c = half
+    perm, sign = _TURN[axis]
+    q[:] = q * c + q[perm] * (sign * s)
+    s, c = full
+    i, j = (0, 1) if axis == 2 else (1, 2)  # the two local axes that turn
+    a, b = rot[:, i].copy(), rot[:, j]
+    rot[:, i] = a * c + b * s
+    rot[:, j] = b * c - a * s
+
+
+def interval_turn(
+    s_half: np.ndarray, c_half: np.ndarray, s_full: np.ndarray, c_full: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """One physics step's turn about z then x (``AngleAxis(a, z) * AngleAxis(b, x)``), as operators.
+
+    :param s_half: sines of half the angles (a, b), shape (2, n); ``c_half`` their cosines.
+    :param s_full: sines of the angles (a, b), shape (2, n); ``c_full`` their cosines.
+    :return: M (4, 4, n) with ``q * turn = M @ q`` for quaternions (x, y, z, w), and the turn's
+        rotation matrices (3, 3, n) (``R * turn``).
+    """
+    sa, sb = s_half
+    ca, cb = c_half
+    x, y, z, w = ca * sb, sa * sb, sa * cb, ca * cb  # the turn's quaternion
+    m = np.empty((4, 4, sa.size))
+    m[0] = w, z, -y, x
+    m[1] = -z, w, x, y
+    m[2] = y, -x, w, z
+    m[3] = -x, -y, -z, w
+    sa, sb = s_full
+    ca, cb = c_full
+    r = np.empty((3, 3, sa.size))
+    r[0] = ca, -sa * cb, sa * sb
+    r[1] = sa, ca * cb, -ca * sb
+    r[2, 0] = 0.0
+    r[2, 1:] = sb, cb
+    return m, r
+
+
+def rotation_matrices(q: np.ndarray) -> np.ndarray:
+    """Rotation matrices (3, 3, n) of unit quaternions (x, y, z, w) as columns (4, n): world = R @ local."""
+    x, y, z, w = q
+    return np.array(
+        [
+            [1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w)],
+            [2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w)],
+            [2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y)],
+        ]
+    )
+
+
+def sphere_box_contact(p: np.ndarray, rot: np.ndarray, radius: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Contact normal (world axes, towards the ball) and separation of a ball and the cube.
+
+    :param p: ball centres relative to the cube's centre, world axes, shape (3, n).
+    :param rot: cube rotations, shape (3, 3, n) (see :func:`rotation_matrices`).
+    :param radius: ball radii, shape (n,).
+    :return: normals (3, n) and separations (n,) (negative: penetration).
+    """
+    local = (rot * p[:, None, :]).sum(axis=0)
+    d = local - np.clip(local, -HALF, HALF)
+    dist = np.sqrt((d * d).sum(axis=0))
+    inside = dist < 1e-9
+    if inside.any():  # centre inside the cube: out through the nearest face
+        cols = np.flatnonzero(inside)
+        depth = HALF - np.abs(local[:, cols])
+        axis = depth.argmin(axis=0)
+        d[:, cols] = 0.0
+        d[axis, cols] = np.where(local[axis, cols] >= 0, 1.0, -1.0)
+        dist[cols] = 1.0
+        normal = (rot * (d / dist)[None, :, :]).sum(axis=1)
+        dist[cols] = -depth[axis, np.arange(cols.size)]
+        return normal, dist - radius
+    normal = (rot * (d / dist)[None, :, :]).sum(axis=1)
+    return normal, dist - radius
+
+
+class Ball3D(EmbeddedScene):
+    """Balance a ball on a tilting cube (ML-Agents 3DBall); 8 floats, 2 continuous actions."""
+
+    scene_name = "Ball3D"
+    behavior_name = "3DBall?team=0"
+    PARAMS: ClassVar[dict[str, Any]] = {
+        "num_agents": 12,
+        "max_steps": 5000,
+        "decision_period": 5,
+        "stable_agent_ids": False,
+        "mass": 1.0,
+        "scale": 1.0,
+        "gravity": 9.81,
+    }
+    PARAM_DOCS: ClassVar[dict[str, str]] = {
+        "mass": "ball mass (as in Unity, it does not change the motion)",
+        "scale": "ball diameter (units)",
+        "gravity": "gravity (units/s^2)",
+    }
+    DYNAMIC_PARAMS = ("mass", "scale", "gravity")
+
+    @classmethod
+    def _check_params(cls, params: dict[str, Any]) -> None:
+        for key in ("mass", "scale"):
+            if params[key] <= 0:
+                raise UnityConfigurationError(f"Ball3D parameter {key!r} must be > 0, got {params[key]}.")
+
+    def _make_spec(self) -> BehaviorSpec:
+        obs = ObservationSpec((8,), (DimensionProperty.NONE,), ObservationType.DEFAULT, "VectorSensor_size8")
+        return BehaviorSpec([obs], ActionSpec.create_continuous(2))
+
+    def __init__(self, seed: int = 0, side_channels=None, **params: Any) -> None:
+        n = int(params.get("num_agents", self.PARAMS["num_agents"]))
+        # state as columns (one agent per column), world axes, relative to the cube's centre
+        self._q = np.zeros((4, n))  # cube rotations (x, y, z, w)
+        self._q[3] = 1.0
+        self._rot = rotation_matrices(self._q)  # the same, as matrices (kept in step)
+        self._pos = np.zeros((3, n))  # ball centre
+        self._vel = np.zeros((3, n))
+        self._spin = np.zeros((3, n))  # ball angular velocity (rad/s)
+        self._radius = np.full(n, 0.5)
+        self._fall = np.full(n, 9.81 * DT)  # velocity gained by falling for one step
+        super().__init__(seed=seed, side_channels=side_channels, **params)
+
+    def reset(self) -> None:
+        # Unity keeps a ball's spin through OnEpisodeBegin; a reset of the whole scene starts
+        # still, so that a seeded reset repeats the same episodes.
+        self._spin[:] = 0.0
+        super().reset()
+
+    def _on_episode_begin(self, idx: np.ndarray) -> None:
+        m = idx.size
+        rng = self._rng
+        q = np.zeros((4, m))
+        q[3] = 1.0
+        rot = rotation_matrices(q)
+        for axis in (0, 2):  # Rotate(x, U(-10, 10)) then Rotate(z, U(-10, 10))
+            angle = rng.uniform(-10.0, 10.0, size=m) * RAD
+            turn(q, rot, (np.sin(angle / 2), np.cos(angle / 2)), (np.sin(angle), np.cos(angle)), axis)
+        self._q[:, idx] = q
+        self._rot[:, :, idx] = rot
+        self._pos[0, idx] = rng.uniform(-1.5, 1.5, size=m)
+        self._pos[1, idx] = START_HEIGHT
+        self._pos[2, idx] = rng.uniform(-1.5, 1.5, size=m)
+        self._vel[:, idx] = 0.0
+        mass = self._param("mass", m)
+        scale = self._param("scale", m)
+        radius = 0.5 * np.maximum(scale, 1e-3)
+        self._radius[idx] = radius
+        self._fall[idx] = self._param("gravity", m) * DT
+        for value in mass:
+            self.stat("Environment/BallMass", float(value), StatsAggregationMethod.AVERAGE)
+        for value in scale:
+            self.stat("Environment/BallScale", float(value), StatsAggregationMethod.AVERAGE)
+
+    def _advance(self, max_substeps: int) -> int:
+        # the action holds for the whole interval: its turns' sines and cosines too
+        angle = DEG_PER_ACTION * RAD * np.clip(self._cont_action.T.astype(np.float64), -1.0, 1.0)
+        turns = (angle > 0, angle < 0, np.sin(angle / 2), np.cos(angle / 2), np.sin(angle), np.cos(angle))
+        # Fast path: no cube can reach the quaternion limit within the interval (a step moves a
+        # component by less than 0.02), so every step applies the same turn: one product.
+        step = None
+        if np.abs(self._q[0:3:2]).max() + 0.02 * max_substeps < QUAT_LIMIT:
+            step = interval_turn(*turns[2:])
+        pos = self._pos
+        steps_left = self.max_steps - int(self._step_count.max()) if self.max_steps > 0 else -1
+        for k in range(1, max_substeps + 1):
+            if step is None:
+                self._act(turns)
+            else:
+                self._q = np.einsum("ijn,jn->in", step[0], self._q)
+                self._rot = np.einsum("ijn,jkn->ikn", self._rot, step[1])
+            # OnActionReceived's check, on the positions left by the last physics step
+            side = np.abs(pos[0:3:2])
+            worst = np.maximum(np.maximum(side[0], side[1]), LOST_SIDE + LOST_BELOW - pos[1])
+            lost = np.flatnonzero(worst > LOST_SIDE) if worst.max() > LOST_SIDE else ()
+            self._reward.fill(0.1)
+            if len(lost):
+                self._reward[lost] = -1.0
+                self._finish(lost, False)
+                self._start(lost)
+            self._physics_step()
+            self._step_count += 1
+            steps_left -= 1
+            if steps_left == 0 or (len(lost) and self.max_steps > 0):
+                self._truncate_at_max_steps()
+            if steps_left == 0 or len(lost):
+                return k
+        return max_substeps
+
+    def _act(self, turns: tuple[np.ndarray, ...]) -> None:
+        """``OnActionReceived``: turn about z, then about x, each within the quaternion limit."""
+        up, down, s_half, c_half, s_full, c_full = turns
+        q = self._q
+        for col, axis in ((0, 2), (1, 0)):
+            allowed = (up[col] & (q[axis] < QUAT_LIMIT)) | (down[col] & (q[axis] > -QUAT_LIMIT))
+            if allowed.all():
+                half, full = (s_half[col], c_half[col]), (s_full[col], c_full[col])
+            else:
+                half = (np.where(allowed, s_half[col], 0.0), np.where(allowed, c_half[col], 1.0))
+                full = (np.where(allowed, s_full[col], 0.0), np.where(allowed, c_full[col], 1.0))
+            turn(q, self._rot, half, full, axis)
+
+    def _physics_step(self) -> None:
+        """One PhysX step of every ball against its (already turned) cube."""
+        pos, vel, spin, radius = self._pos, self._vel, self._spin, self._radius
+        vel[1] -= self._fall
+        spin *= 1.0 - ANGULAR_DRAG * DT
+        rot = self._rot
+        local = (rot * pos[:, None, :]).sum(axis=0)
+        if (np.maximum(np.abs(local[0]), np.abs(local[2])) <= HALF).all() and (local[1] > HALF).all():
+            normal, sep = rot[:, 1], local[1] - (radius + HALF)  # every ball above its top face
+        else:
+            normal, sep = sphere_box_contact(pos, rot, radius)
+        touching = sep < CONTACT_OFFSET
+        if not touching.any():
+            pos += vel * DT
+            return
+        vn = (vel * normal).sum(axis=0)
+        # kept velocity: no approach faster than closing the gap within the step (speculative
+        # contact); a bounce only above the bounce threshold
+        target = np.maximum(sep, 0.0) * (-1.0 / DT)
+        if BOUNCINESS > 0:
+            target = np.where((sep <= 0) & (vn < -BOUNCE_THRESHOLD), -BOUNCINESS * vn, target)
+        jn = np.maximum(target - vn, 0.0)  # impulse per unit mass
+        all_touch = touching.all()
+        if not all_touch:
+            jn *= touching
+        # the velocity that moves the ball also pushes a penetration out (not kept)
+        extra = None
+        if (sep < 0).any():
+            push = np.where(sep < 0, np.minimum(sep * (-BIAS / DT), MAX_DEPENETRATION), target)
+            extra = np.maximum(push - vn, 0.0) * touching - jn
+        vel += jn * normal
+        # friction at the contact point (-r n from the centre): the impulse -2/7 of its slip
+        # stops it (a sphere's 1/m + r^2/I = 7/(2m)), within the friction cone; the same impulse
+        # turns the ball by (5 / 7r) n x slip
+        slip = vel - cross(spin, normal) * radius
+        slip -= (slip * normal).sum(axis=0) * normal
+        scale = 2.0 / 7.0
+        size = np.sqrt((slip * slip).sum(axis=0)) * scale
+        limit = FRICTION * jn
+        if (size > limit).any():
+            scale = scale * np.minimum(1.0, limit / np.maximum(size, 1e-12))
+        vel -= slip * scale
+        spin += cross(normal, slip) * (scale * 2.5 / radius)
+        speed2 = (spin * spin).sum(axis=0)
+        if speed2.max() > MAX_ANGULAR_VELOCITY**2:
+            spin *= np.minimum(1.0, MAX_ANGULAR_VELOCITY / np.sqrt(np.maximum(speed2, 1e-24)))
+        if extra is None:
+            pos += vel * DT
+        else:
+            pos += (vel + extra * normal) * DT
+
+    def _observe(self, idx: np.ndarray) -> list[np.ndarray]:
+        obs = np.empty((idx.size, 8), dtype=np.float32)
+        obs[:, 0] = self._q[2, idx]
+        obs[:, 1] = self._q[0, idx]
+        obs[:, 2:5] = self._pos[:, idx].T
+        obs[:, 5:8] = self._vel[:, idx].T
+        return [obs]
+
+    def expert_actions(self, behavior_name: str, decision_steps: DecisionSteps) -> ActionTuple:
+        """PD controller on the ball's position and velocity, read from the observations.
+
+        It picks the tilt that gives the ball a critically damped return to the centre
+        (natural frequency 1.5 rad/s, default gravity assumed, at most 17 degrees) and turns the
+        cube towards that tilt within one decision (10 degrees at action 1).
+        """
+        self._check_behavior(behavior_name)
+        obs = np.asarray(decision_steps.obs[0], dtype=np.float64)
+        tilt = np.degrees(2.0 * np.arcsin(np.clip(obs[:, 0:2], -1.0, 1.0)))  # about z, about x
+        pos, vel = obs[:, [2, 4]], obs[:, [5, 7]]
+        wn = 1.5
+        wanted_acc = -(wn * wn * pos + 2.0 * wn * vel)  # critically damped
+        # a rolling ball accelerates by 5/7 g sin(tilt): to -x for a turn about +z, to +z about +x
+        sin_tilt = np.clip(wanted_acc / (5.0 / 7.0 * 9.81) * np.array([-1.0, 1.0]), -0.3, 0.3)
+        target = np.degrees(np.arcsin(sin_tilt))
+        per_decision = DEG_PER_ACTION * self.decision_period
+        action = np.clip((target - tilt) / per_decision, -1.0, 1.0).astype(np.float32)
+        return ActionTuple(continuous=action)

@@ -1,0 +1,454 @@
+"""``EmbeddedScene``: the Unity-side agent loop shared by all embedded scenes.
+
+It reproduces what a Unity build does between two ``Exchange`` calls, vectorised over agents:
+
+* Academy steps (physics steps) run until some agent sends information to Python: an agent
+  that asks for a decision (every ``decision_period`` academy steps, in phase for all agents,
+  like a ``DecisionRequester``) or an agent whose episode ended (it is reported in
+  ``TerminalSteps`` at the next academy step, even between two decision steps, as Unity does).
+* Between decisions agents repeat their last action; an agent that starts a new episode acts
+  with zeros until its first decision. Actions are consumed only for the agents of the last
+  ``DecisionSteps``; missing actions are zeros.
+* An agent that reaches ``max_steps`` ends its episode with ``interrupted=True``; ended agents
+  reset at once (with a new agent id unless ``stable_agent_ids``), so the same agent can be
+  in ``TerminalSteps`` (old episode) and ``DecisionSteps`` (new episode) of one step. As in
+  Unity, an id is never reused: the id counter runs for the life of the scene object, through
+  ``reset()`` and ``reseed()``.
+* Side channels: environment parameters are read at each agent's episode start
+  (``GetWithDefault``); stats go back to Python through the StatsSideChannel.
+
+A scene subclass declares its spec and parameters and implements ``_on_episode_begin``,
+``_advance`` and ``_observe`` (plus ``_action_mask`` and ``expert_actions``).
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+from mlagents_envs.base_env import (
+    ActionTuple,
+    BaseEnv,
+    BehaviorMapping,
+    BehaviorSpec,
+    DecisionSteps,
+    TerminalSteps,
+)
+from mlagents_envs.exception import UnityActionException, UnityEnvironmentException
+from mlagents_envs.side_channel.side_channel import SideChannel
+from mlagents_envs.side_channel.side_channel_manager import SideChannelManager
+from mlagents_envs.side_channel.stats_side_channel import StatsAggregationMethod
+
+from unity_sb3.scenes.side_channels import UnitySideChannels
+from unity_sb3.unity.errors import UnityConfigurationError
+
+#: Parameters every scene accepts (scene classes give their own defaults in ``PARAMS``).
+COMMON_PARAMS: dict[str, str] = {
+    "num_agents": "number of agents (areas) in the scene",
+    "max_steps": "academy (physics) steps before an episode is interrupted; 0 = never",
+    "decision_period": "academy steps between two decisions of an agent",
+    "stable_agent_ids": "keep one id per agent for its whole life instead of a new id per episode",
+}
+
+
+class EmbeddedScene(BaseEnv):
+    """A pure-Python Unity scene with one behavior, presenting the ``BaseEnv`` API.
+
+    :param seed: seed of the scene's random generator (spawn positions, ...).
+    :param side_channels: ``mlagents_envs`` side channels used in-process, as they would be
+        passed to ``UnityEnvironment``; their messages are applied before each reset/step and
+        the scene's stats are fed back to them.
+    :param params: scene parameters (see ``PARAMS`` of each scene and :data:`COMMON_PARAMS`).
+    """
+
+    #: Scene name used by ``make_scene``.
+    scene_name: ClassVar[str] = ""
+    #: Behavior name with the team suffix, as Unity reports it.
+    behavior_name: ClassVar[str] = ""
+    #: Parameter defaults (must include the keys of ``COMMON_PARAMS``).
+    PARAMS: ClassVar[dict[str, Any]] = {}
+    #: Parameter descriptions for ``describe_scene``.
+    PARAM_DOCS: ClassVar[dict[str, str]] = {}
+    #: Parameters that environment parameters (side channel) can override at each episode start.
+    DYNAMIC_PARAMS: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(
+        self, seed: int = 0, side_channels: Sequence[SideChannel] | None = None, **params: Any
+    ) -> None:
+        self.params: dict[str, Any] = self._validate_params(params)
+        self.num_agents: int = self.params["num_agents"]
+        self.max_steps: int = self.params["max_steps"]
+        self.decision_period: int = self.params["decision_period"]
+        self.stable_agent_ids: bool = self.params["stable_agent_ids"]
+        self.side_channels = UnitySideChannels()
+        self._sc_manager = SideChannelManager(list(side_channels)) if side_channels else None
+        self._spec = self._make_spec()
+        self._empty_terminal = TerminalSteps.empty(self._spec)
+        n = self.num_agents
+        spec = self._spec.action_spec
+        self._agent_id = np.arange(n, dtype=np.int32)
+        self._active = np.zeros(n, dtype=bool)
+        self._step_count = np.zeros(n, dtype=np.int64)
+        self._reward = np.zeros(n, dtype=np.float32)
+        self._group_reward = np.zeros(n, dtype=np.float32)
+        self._group_id = np.zeros(n, dtype=np.int32)
+        self._cont_action = np.zeros((n, spec.continuous_size), dtype=np.float32)
+        self._disc_action = np.zeros((n, spec.discrete_size), dtype=np.int32)
+        self._branches = np.asarray(spec.discrete_branches, dtype=np.int32)
+        self._terminals: list[
+            tuple[list[np.ndarray], np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+        ] = []
+        self._last_decision_idx = np.zeros(0, dtype=np.intp)
+        self._last_decision_ids = np.zeros(0, dtype=np.int32)
+        # (continuous, discrete) actions set for the agents of the last DecisionSteps
+        self._pending: tuple[np.ndarray, np.ndarray] | None = None
+        self._steps: tuple[DecisionSteps, TerminalSteps] | None = None
+        self._academy_step = 0
+        self._closed = False
+        # like Unity's episode-id counter: it only grows for the life of the scene, through
+        # resets and reseeds, so an id never names two episodes (or two agents)
+        self._next_id = 0
+        self.reseed(seed)
+
+    # ------------------------------------------------------------------ parameters and spec
+    @classmethod
+    def _validate_params(cls, params: Mapping[str, Any]) -> dict[str, Any]:
+        unknown = sorted(set(params) - set(cls.PARAMS))
+        if unknown:
+            close = difflib.get_close_matches(unknown[0], list(cls.PARAMS), n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise UnityConfigurationError(
+                f"Unknown parameter(s) {', '.join(map(repr, unknown))} for scene {cls.scene_name}; "
+                f"valid parameters: {', '.join(sorted(cls.PARAMS))}.{hint}"
+            )
+        out = dict(cls.PARAMS)
+        for key, value in params.items():
+            default = cls.PARAMS[key]
+            try:
+                if isinstance(default, bool):
+                    if not isinstance(value, (bool, np.bool_)):
+                        raise TypeError
+                    value = bool(value)
+                elif isinstance(default, int):
+                    if isinstance(value, (bool, np.bool_)) or int(value) != value:
+                        raise TypeError
+                    value = int(value)
+                elif isinstance(default, float):
+                    value = float(value)
+                    if not math.isfinite(value):
+                        raise TypeError
+            except (TypeError, ValueError):
+                kind = type(default).__name__
+                raise UnityConfigurationError(
+                    f"Parameter {key!r} of scene {cls.scene_name} must be a finite {kind} "
+                    f"(default {default!r}), got {value!r}."
+                ) from None
+            out[key] = value
+        for key in ("num_agents", "decision_period"):
+            if out[key] < 1:
+                raise UnityConfigurationError(
+                    f"Parameter {key!r} of scene {cls.scene_name} must be >= 1, got {out[key]}."
+                )
+        if out["max_steps"] < 0:
+            raise UnityConfigurationError(
+                f"Parameter 'max_steps' of scene {cls.scene_name} must be >= 0 (0 = no limit), got {out['max_steps']}."
+            )
+        cls._check_params(out)
+        return out
+
+    @classmethod
+    def _check_params(cls, params: dict[str, Any]) -> None:
+        """Scene-specific range checks; raise ``UnityConfigurationError``."""
+
+    def _make_spec(self) -> BehaviorSpec:
+        raise NotImplementedError
+
+    def _param(self, key: str, n: int) -> np.ndarray:
+        """Value of a dynamic parameter for ``n`` agents starting an episode (float64, ``(n,)``).
+
+        An environment parameter of the same name (constant or sampler) overrides the
+        ``make_scene`` value, as ``EnvironmentParameters.GetWithDefault`` does in Unity.
+        """
+        return self.side_channels.get_with_default(key, float(self.params[key]), n)
+
+    # ------------------------------------------------------------------ scene hooks
+    def _on_episode_begin(self, idx: np.ndarray) -> None:
+        """Reset the state of agents ``idx`` (int array) for a new episode."""
+        raise NotImplementedError
+
+    def _on_episode_end(self, idx: np.ndarray, interrupted: np.ndarray) -> None:
+        """Called after agents ``idx`` ended an episode (e.g. to report stats)."""
+
+    def _advance(self, max_substeps: int) -> int:
+        """Run at most ``max_substeps`` academy steps for the active agents.
+
+        Applies the stored actions, sets rewards, ends episodes with :meth:`_finish` /
+        :meth:`_start` and returns how many academy steps ran (>= 1). May stop early, e.g.
+        right after an episode ended, so that it is reported at the next academy step.
+        """
+        raise NotImplementedError
+
+    def _observe(self, idx: np.ndarray) -> list[np.ndarray]:
+        """Observations of agents ``idx``: one float32 array per observation spec, batch first."""
+        raise NotImplementedError
+
+    def _action_mask(self, idx: np.ndarray) -> list[np.ndarray] | None:
+        """Per-branch masks (True = action NOT allowed) for agents ``idx``, or None for no masking."""
+        return None
+
+    def expert_actions(self, behavior_name: str, decision_steps: DecisionSteps) -> ActionTuple:
+        """A scripted expert that acts from the observations in ``decision_steps`` only."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ agent life cycle
+    def _finish(self, idx: np.ndarray, interrupted: bool | np.ndarray) -> None:
+        """End the episodes of agents ``idx``: queue their terminal step and deactivate them."""
+        if idx.size == 0:
+            return
+        obs = self._observe(idx)
+        flags = np.broadcast_to(np.asarray(interrupted, dtype=bool), idx.shape).copy()
+        self._terminals.append(
+            (obs, self._reward[idx], flags, self._agent_id[idx], self._group_id[idx], self._group_reward[idx])
+        )
+        self._reward[idx] = 0.0
+        self._group_reward[idx] = 0.0
+        self._active[idx] = False
+        self._on_episode_end(idx, flags)
+
+    def _start(self, idx: np.ndarray) -> None:
+        """Start new episodes for agents ``idx`` (new ids unless ``stable_agent_ids``)."""
+        if idx.size == 0:
+            return
+        if not self.stable_agent_ids:
+            self._agent_id[idx] = self._next_id + np.arange(idx.size, dtype=np.int32)
+            self._next_id += idx.size
+        self._active[idx] = True
+        self._step_count[idx] = 0
+        self._reward[idx] = 0.0
+        self._group_reward[idx] = 0.0
+        self._cont_action[idx] = 0.0
+        self._disc_action[idx] = 0
+        self._on_episode_begin(idx)
+
+    def _truncate_at_max_steps(self) -> None:
+        """End (interrupted) and restart the active agents that reached ``max_steps``."""
+        if self.max_steps <= 0:
+            return
+        idx = np.flatnonzero(self._active & (self._step_count >= self.max_steps))
+        if idx.size:
+            self._finish(idx, True)
+            self._start(idx)
+
+    def stat(
+        self, key: str, value: float, method: StatsAggregationMethod = StatsAggregationMethod.AVERAGE
+    ) -> None:
+        """Queue a stat for Python (Unity's ``StatsRecorder.Add``)."""
+        self.side_channels.add_stat(key, value, method)
+
+    # ------------------------------------------------------------------ side channels (Unity side)
+    def receive_side_channel_data(self, data: bytes) -> None:
+        """Apply a side-channel blob sent by Python (engine configuration, environment parameters)."""
+        self.side_channels.receive(data)
+
+    def drain_side_channel_data(self) -> bytes:
+        """Encoded messages the scene sends to Python (stats) since the last call."""
+        return self.side_channels.drain()
+
+    def _pull_side_channels(self) -> None:
+        if self._sc_manager is not None:
+            data = self._sc_manager.generate_side_channel_messages()
+            if data:
+                self.receive_side_channel_data(bytes(data))
+
+    def _push_side_channels(self) -> None:
+        if self._sc_manager is not None:
+            data = self.drain_side_channel_data()
+            if data:
+                self._sc_manager.process_side_channel_message(data)
+
+    # ------------------------------------------------------------------ BaseEnv API
+    def reseed(self, seed: int) -> None:
+        """Re-seed the scene (as Unity does with the seed of the handshake). Takes effect from the next reset.
+
+        Agent ids keep counting: a seeded reset repeats observations and rewards, not ids (Unity
+        never reuses one).
+        """
+        self.seed = int(seed)
+        self._rng = np.random.default_rng(self.seed)
+        self._steps = None
+
+    @property
+    def behavior_specs(self) -> Mapping[str, BehaviorSpec]:
+        return BehaviorMapping({self.behavior_name: self._spec})
+
+    def reset(self) -> None:
+        self._check_open()
+        self._pull_side_channels()
+        self._academy_step = 0
+        self._terminals = []
+        self._pending = None
+        self._active[:] = False
+        self._start(np.arange(self.num_agents))
+        self._emit()
+        self._push_side_channels()
+
+    def step(self) -> None:
+        self._check_open()
+        if self._steps is None:  # like UnityEnvironment: the first step is a reset
+            self.reset()
+            return
+        self._pull_side_channels()
+        self._consume_actions()
+        period = self.decision_period
+        while True:
+            if not self._active.any():
+                raise UnityEnvironmentException(
+                    f"Scene {self.scene_name} has no active agent left; this is a bug."
+                )
+            remaining = period - self._academy_step % period
+            self._academy_step += self._advance(remaining)
+            if self._terminals or self._academy_step % period == 0:
+                break
+        self._emit()
+        self._push_side_channels()
+
+    def close(self) -> None:
+        self._closed = True
+        self._steps = None
+
+    def set_actions(self, behavior_name: str, action: ActionTuple) -> None:
+        self._check_behavior(behavior_name)
+        if self._steps is None:
+            return
+        action = self._spec.action_spec._validate_action(action, len(self._last_decision_idx), behavior_name)
+        self._check_discrete(action.discrete, behavior_name)
+        self._pending = (action.continuous.copy(), action.discrete.copy())
+
+    def set_action_for_agent(self, behavior_name: str, agent_id: int, action: ActionTuple) -> None:
+        self._check_behavior(behavior_name)
+        if self._steps is None:
+            return
+        action = self._spec.action_spec._validate_action(action, 1, behavior_name)
+        self._check_discrete(action.discrete, behavior_name)
+        where = np.flatnonzero(self._last_decision_ids == agent_id)
+        if where.size == 0:
+            raise IndexError(
+                f"agent_id {agent_id} did not request a decision at the previous step of {behavior_name}; "
+                "only agents in the last DecisionSteps take actions."
+            )
+        if self._pending is None:
+            empty = self._spec.action_spec.empty_action(len(self._last_decision_idx))
+            self._pending = (empty.continuous, empty.discrete)
+        self._pending[0][where[0]] = action.continuous[0]
+        self._pending[1][where[0]] = action.discrete[0]
+
+    def get_steps(self, behavior_name: str) -> tuple[DecisionSteps, TerminalSteps]:
+        self._check_behavior(behavior_name)
+        if self._steps is None:
+            raise UnityEnvironmentException(
+                f"Scene {self.scene_name} has not been reset: call reset() first."
+            )
+        return self._steps
+
+    # ------------------------------------------------------------------ internals
+    def _check_open(self) -> None:
+        if self._closed:
+            raise UnityEnvironmentException(
+                f"Scene {self.scene_name} is closed; make a new one with make_scene()."
+            )
+
+    def _check_behavior(self, behavior_name: str) -> None:
+        if behavior_name != self.behavior_name:
+            raise UnityActionException(
+                f"The group {behavior_name} does not correspond to an existing agent group in the "
+                f"environment; scene {self.scene_name} has only {self.behavior_name!r}."
+            )
+
+    def _check_discrete(self, discrete: np.ndarray, behavior_name: str) -> None:
+        if discrete.size and ((discrete < 0).any() or (discrete >= self._branches).any()):
+            raise UnityActionException(
+                f"Discrete actions of {behavior_name} must lie in [0, branch size) for branches "
+                f"{tuple(self._branches.tolist())}; got values from {discrete.min()} to {discrete.max()}."
+            )
+
+    def _consume_actions(self) -> None:
+        idx = self._last_decision_idx
+        pending, self._pending = self._pending, None
+        if idx.size == 0:
+            return
+        if idx.size == self.num_agents:  # common case: everyone decided, in index order
+            cont, disc = self._cont_action, self._disc_action
+        else:
+            cont, disc = self._cont_action[idx], self._disc_action[idx]
+        if pending is None:
+            cont.fill(0.0)
+            disc.fill(0)
+        else:
+            cont[:], disc[:] = pending
+        if idx.size != self.num_agents:
+            self._cont_action[idx] = cont
+            self._disc_action[idx] = disc
+
+    def _emit(self) -> None:
+        spec = self._spec
+        if self._academy_step % self.decision_period == 0:
+            idx = np.flatnonzero(self._active)
+        else:
+            idx = np.zeros(0, dtype=np.intp)
+        if idx.size:
+            mask = None
+            if spec.action_spec.discrete_size:
+                mask = self._action_mask(idx)
+                if mask is None:  # rpc_utils gives all-False masks when Unity sends none
+                    mask = [np.zeros((idx.size, b), dtype=bool) for b in spec.action_spec.discrete_branches]
+            decision = DecisionSteps(
+                self._observe(idx),
+                self._reward[idx],
+                self._agent_id[idx],
+                mask,
+                self._group_id[idx],
+                self._group_reward[idx],
+            )
+            self._reward[idx] = 0.0
+            self._group_reward[idx] = 0.0
+        else:
+            decision = DecisionSteps.empty(spec)
+        if self._terminals:
+            parts = list(zip(*self._terminals))
+            n_obs = len(spec.observation_specs)
+            obs = [np.concatenate([p[i] for p in parts[0]]) for i in range(n_obs)]
+            terminal = TerminalSteps(obs, *(np.concatenate(p) for p in parts[1:]))
+            self._terminals = []
+        else:
+            terminal = self._empty_terminal
+        self._last_decision_idx = idx
+        self._last_decision_ids = self._agent_id[idx]
+        self._steps = (decision, terminal)
+
+    # ------------------------------------------------------------------ description
+    @classmethod
+    def describe(cls, **params: Any) -> str:
+        """Human-readable description: behavior, observation/action specs, parameters."""
+        scene = cls(**params)
+        spec = scene._spec
+        lines = [f"Scene {cls.scene_name}: {(cls.__doc__ or '').strip().splitlines()[0]}"]
+        lines.append(f"  behavior {cls.behavior_name!r}: {scene.num_agents} agent(s)")
+        for i, obs in enumerate(spec.observation_specs):
+            dims = ", ".join(p.name for p in obs.dimension_property)
+            lines.append(
+                f"    observation {i} {obs.name!r}: shape {obs.shape}, {obs.observation_type.name}, dims ({dims})"
+            )
+        act = spec.action_spec
+        lines.append(
+            f"    actions: {act.continuous_size} continuous, discrete branches {tuple(act.discrete_branches)}"
+        )
+        lines.append("  parameters (make_scene keyword arguments; * = also an environment parameter):")
+        docs = {**COMMON_PARAMS, **cls.PARAM_DOCS}
+        for key, default in cls.PARAMS.items():
+            star = "*" if key in cls.DYNAMIC_PARAMS else " "
+            lines.append(f"   {star}{key} = {default!r}: {docs.get(key, '')}")
+        scene.close()
+        return "\n".join(lines)

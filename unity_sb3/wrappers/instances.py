@@ -1,0 +1,478 @@
+"""UnityVecEnv's per-instance bookkeeping: one Unity instance, its slots, and array helpers."""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from unity_sb3.unity import compat as _compat  # noqa: F401  (before mlagents_envs)
+from unity_sb3.unity.errors import UnityConfigurationError
+from unity_sb3.wrappers._slots import assign_free_slots, match_ids, unassigned_rows
+from unity_sb3.wrappers._steps import normalize_steps
+
+from mlagents_envs.base_env import BaseEnv, DecisionSteps, TerminalSteps  # isort: skip
+from mlagents_envs.exception import UnityTimeOutException  # isort: skip
+
+
+@dataclass
+class _Instance:
+    """One Unity instance and the bookkeeping of its slots (local indices ``0..n-1``)."""
+
+    worker_id: int
+    source: str | Callable[[], BaseEnv] | None
+    env: BaseEnv
+    start: int = 0
+    n: int = 0
+    agent: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    bound: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
+    previous: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    had_agent: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
+    rows: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # row in `dec`, -1 = inactive
+    group_id: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    dec: DecisionSteps | None = None
+    restarts: int = 0
+    restart_times: list[float] = field(default_factory=list)  # time.monotonic() of recent restarts
+    arange: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    all_bound: bool = False  # every slot has an agent
+    identity: bool = False  # slot i's agent is row i of ``dec`` for every slot
+    slot_of: dict[int, int] = field(default_factory=dict)  # agent id -> local slot, bound agents only
+    steady_ids: np.ndarray | None = None  # ``dec.agent_id`` when every slot's agent asked (rows valid)
+    slots: slice = field(default_factory=lambda: slice(0, 0))
+
+    def allocate(self, n: int) -> None:
+        self.n = n
+        self.slots = slice(self.start, self.start + n)
+        self.arange = np.arange(n, dtype=np.int64)
+        self.agent = np.zeros(n, np.int64)
+        self.bound = np.zeros(n, bool)
+        self.previous = np.zeros(n, np.int64)
+        self.had_agent = np.zeros(n, bool)
+        self.rows = np.full(n, -1, np.int64)
+        self.group_id = np.zeros(n, np.int64)
+
+    def unbind_all(self) -> None:
+        self.bound[:] = False
+        self.had_agent[:] = False
+        self.rows = np.full(self.n, -1, np.int64)
+        self.slot_of.clear()
+        self.all_bound = self.identity = False
+        self.steady_ids = None
+
+
+@dataclass
+class _StepResult:
+    """What one instance's step produced (observations are written into the shared buffer)."""
+
+    reward: np.ndarray
+    group_reward: np.ndarray
+    done: np.ndarray
+    truncated: np.ndarray
+    terminal_obs: dict[int, Any]
+    restarted: bool = False
+
+
+# ---------------------------------------------------------------------- helpers
+def _str_or_none(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def _kill_if_hung(env: BaseEnv, exc: BaseException) -> None:
+    """Kill the process of an instance that stopped answering: it cannot read a polite goodbye,
+    and ``close()`` would otherwise wait for it before terminating it."""
+    if not isinstance(exc, TimeoutError | UnityTimeOutException):
+        return
+    process = getattr(env, "process", None)
+    if process is not None and process.poll() is None:
+        with contextlib.suppress(OSError):
+            process.kill()
+
+
+def _call(fn: Callable[[], Any], collect_errors: bool) -> Any:
+    if not collect_errors:
+        return fn()
+    try:
+        return fn()
+    except Exception as exc:
+        return exc
+
+
+def _slice_actions(actions: Any, sl: slice) -> Any:
+    if isinstance(actions, dict):
+        return {k: np.asarray(v)[sl] for k, v in actions.items()}
+    if isinstance(actions, tuple):
+        return tuple(np.asarray(v)[sl] for v in actions)
+    return np.asarray(actions)[sl]
+
+
+def _take(obs: Any, rows: np.ndarray) -> Any:
+    if isinstance(obs, dict):
+        return {k: v[rows] for k, v in obs.items()}
+    return obs[rows]
+
+
+def _row(obs: Any, index: int) -> Any:
+    if isinstance(obs, dict):
+        return {k: v[index] for k, v in obs.items()}
+    return obs[index]
+
+
+def _copy(obs: Any) -> Any:
+    if isinstance(obs, dict):
+        return {k: np.array(v) for k, v in obs.items()}
+    return np.array(obs)
+
+
+def _put(buf: Any, index: np.ndarray, values: Any) -> None:
+    if isinstance(buf, dict):
+        for k, v in buf.items():
+            v[index] = values[k]
+    else:
+        buf[index] = values
+
+
+def _put_slice(buf: Any, sl: slice, values: Any, n: int) -> None:
+    if isinstance(buf, dict):
+        for k, v in buf.items():
+            v[sl] = values[k][:n]
+    else:
+        buf[sl] = values[:n]
+
+
+EnvSource = BaseEnv | str | Callable[[], BaseEnv]
+
+
+class UnityNoDecisionError(RuntimeError):
+    """Unity stepped ``max_idle_steps`` times without any slot's agent asking for a decision."""
+
+
+class InstancesMixin:
+    """UnityVecEnv's work on each Unity instance: opening, resetting, stepping, binding agents to slots."""
+
+    # ------------------------------------------------------------------ opening
+    def _open(self, source: EnvSource, worker_id: int, restart: bool = False) -> BaseEnv:
+        if isinstance(source, BaseEnv):
+            return source
+        if isinstance(source, str):
+            from unity_sb3.open import open_unity
+
+            base = self.open_kwargs.get("worker_id", 0)  # open_kwargs["worker_id"] shifts every instance's
+            kwargs = {**self.open_kwargs, "worker_id": base + worker_id}
+            if restart:  # another program may have taken the crashed instance's port meanwhile
+                kwargs["find_free_port"] = True
+            return open_unity(source, **kwargs)
+        if callable(source):
+            env = source()
+            if not isinstance(env, BaseEnv):
+                raise UnityConfigurationError(
+                    f"the factory for Unity worker {worker_id} returned {type(env).__name__}, not a BaseEnv"
+                )
+            return env
+        raise UnityConfigurationError(
+            f"cannot open {source!r}: pass a BaseEnv, a target string for open_unity, or a factory"
+        )
+
+    def _open_all(self, sources: list[EnvSource]) -> None:
+        for i, source in enumerate(sources):
+            if self.restart_on_crash and isinstance(source, BaseEnv):
+                raise UnityConfigurationError(
+                    "restart_on_crash=True needs a target string or a factory for every instance, so a "
+                    f"crashed one can be re-opened; instance {i} is a {type(source).__name__} object"
+                )
+        if len(sources) > 1:
+            self._pool = ThreadPoolExecutor(max_workers=len(sources), thread_name_prefix="unity-vec-env")
+        envs = self._map(lambda i: self._open(sources[i], i), range(len(sources)), collect_errors=True)
+        for i, (source, env) in enumerate(zip(sources, envs)):
+            self._instances.append(
+                _Instance(worker_id=i, source=None if isinstance(source, BaseEnv) else source, env=env)
+            )
+        errors = [e for e in envs if isinstance(e, BaseException)]
+        if errors:
+            self._instances = [inst for inst in self._instances if not isinstance(inst.env, BaseException)]
+            raise errors[0]
+
+    def _map(self, fn: Callable[[Any], Any], items: Sequence[Any], collect_errors: bool = False) -> list[Any]:
+        """``fn`` over ``items``, in the thread pool when there are several instances."""
+        if self._pool is None or len(items) <= 1:
+            calls = [lambda item=item: fn(item) for item in items]
+            return [_call(c, collect_errors) for c in calls]
+        futures = [self._pool.submit(fn, item) for item in items]
+        return [_call(f.result, collect_errors) for f in futures]
+
+    def _choose_behavior(self, behavior_name: str | None) -> str:
+        names = list(self._instances[0].env.behavior_specs)
+        if behavior_name is None:
+            if len(names) == 1:
+                return names[0]
+            if not names:
+                raise UnityConfigurationError(
+                    "the Unity environment has no behaviors; is an agent with a BehaviorParameters "
+                    "component in the scene?"
+                )
+            raise UnityConfigurationError(
+                f"the scene has several behaviors {names}; pass behavior_name= to pick the one whose agents "
+                "become the slots (the others are answered by other_behaviors, zeros by default)"
+            )
+        if behavior_name not in names:
+            same = [n for n in names if n.split("?", 1)[0] == behavior_name]  # "3DBall" for "3DBall?team=0"
+            if len(same) == 1:
+                return same[0]
+            lowered = {n.lower(): n for n in names}  # case-insensitive: "3dball" -> "3DBall?team=0"
+            close = [
+                lowered[c] for c in difflib.get_close_matches(behavior_name.lower(), lowered, n=1, cutoff=0.5)
+            ]
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise UnityConfigurationError(
+                f"behavior {behavior_name!r} not found; the scene has {names}{hint}"
+            )
+        return behavior_name
+
+    def _reset_and_count(self, num_slots: int | Sequence[int] | None) -> tuple[list[int], bool]:
+        """Slots per instance; resets the instances when it has to count their agents."""
+        n_inst = len(self._instances)
+        if num_slots is None:
+
+            def count(inst: _Instance) -> int:
+                self._call_reset(inst)
+                dec = self._wait_for_request(inst, lambda d: len(d) > 0)
+                return len(dec)
+
+            counts = self._map(count, self._instances)
+            return counts, True
+        if isinstance(num_slots, (int, np.integer)):
+            if num_slots < 1 or num_slots % n_inst:
+                raise UnityConfigurationError(
+                    f"num_slots={num_slots} must be a positive multiple of the number of instances "
+                    f"({n_inst}); or pass one count per instance"
+                )
+            return [int(num_slots) // n_inst] * n_inst, False
+        counts = [int(c) for c in num_slots]
+        if len(counts) != n_inst or any(c < 1 for c in counts):
+            raise UnityConfigurationError(
+                f"num_slots={list(num_slots)} needs one positive count per instance ({n_inst} instances)"
+            )
+        return counts, False
+
+    # ------------------------------------------------------------------ Unity calls
+    def _call_reset(self, inst: _Instance) -> None:
+        inst.env.reset()
+
+    def _answer_others(self, inst: _Instance) -> None:
+        names = list(inst.env.behavior_specs)
+        if len(names) == 1:
+            return
+        for name in names:
+            if name == self.behavior_name:
+                continue
+            try:
+                dec, term = inst.env.get_steps(name)
+            except KeyError:  # a behavior registered but without agents yet
+                continue
+            if len(dec) == 0:
+                continue
+            dec, _ = normalize_steps(dec, term, inst.env.behavior_specs[name], name)
+            action = self.other_behaviors(name, dec) if self.other_behaviors is not None else None
+            if action is None:
+                action = inst.env.behavior_specs[name].action_spec.empty_action(len(dec))
+            inst.env.set_actions(name, action)
+
+    def _answer_idle(self, inst: _Instance, dec: DecisionSteps) -> None:
+        """Answer every requesting agent with a zero action (no slot takes part)."""
+        if len(dec):
+            inst.env.set_actions(self.behavior_name, self.behavior_spec.action_spec.empty_action(len(dec)))
+        self._answer_others(inst)
+
+    def _get_steps(self, inst: _Instance) -> tuple[DecisionSteps, TerminalSteps]:
+        """This behavior's steps of ``inst``, normalised to arrays (any ``BaseEnv``, DESIGN 4.2)."""
+        return self._reader.read(inst.env)
+
+    def _wait_for_request(self, inst: _Instance, ready: Callable[[DecisionSteps], bool]) -> DecisionSteps:
+        dec, _ = self._get_steps(inst)
+        for _ in range(self.max_idle_steps):
+            if ready(dec):
+                return dec
+            self._answer_idle(inst, dec)
+            inst.env.step()
+            dec, _ = self._get_steps(inst)
+        if ready(dec):
+            return dec
+        raise UnityNoDecisionError(
+            f"Unity worker {inst.worker_id}: no agent of behavior {self.behavior_name!r} that a slot could "
+            f"take asked for a decision in {self.max_idle_steps} Unity steps. Do the agents have a "
+            "DecisionRequester (or call RequestDecision)? Raise max_idle_steps if they decide that rarely."
+        )
+
+    # ------------------------------------------------------------------ reset
+    def _reset_instance(self, inst: _Instance) -> None:
+        if self._seed is not None and hasattr(inst.env, "reseed"):
+            inst.env.reseed(self._seed + inst.worker_id)
+        self._call_reset(inst)
+        self._wait_for_request(inst, lambda d: len(d) > 0)
+        self._bind_current(inst)
+
+    def _bind_current(self, inst: _Instance) -> None:
+        """Bind slots afresh to the agents asking right now (after a reset)."""
+        inst.unbind_all()
+        dec, _ = self._get_steps(inst)
+        inst.dec = dec
+        self._bind(inst, dec, np.full(inst.n, -1, np.int64))
+        self._write_obs(inst, dec, np.flatnonzero(inst.rows >= 0))
+
+    def _send(self, inst: _Instance, actions: Any) -> None:
+        """Answer every agent that asked: slot actions for bound agents, zeros for the others."""
+        dec = inst.dec
+        assert dec is not None
+        n_dec = len(dec)
+        if n_dec:
+            unity_actions = self.spaces.to_unity_actions(actions, inst.n)
+            if inst.identity and n_dec == inst.n:
+                full = unity_actions
+            else:
+                full = self.behavior_spec.action_spec.empty_action(n_dec)
+                active = inst.rows >= 0
+                targets = inst.rows[active]
+                if self.spaces.continuous_size:
+                    full.continuous[targets] = unity_actions.continuous[active]
+                if self.spaces.branches:
+                    full.discrete[targets] = unity_actions.discrete[active]
+            inst.env.set_actions(self.behavior_name, full)
+        self._answer_others(inst)
+
+    def _step_instance(self, inst: _Instance, actions: Any) -> _StepResult:
+        self._send(inst, actions)
+        n = inst.n
+        reward = np.zeros(n, np.float32)
+        group_reward = np.zeros(n, np.float32)
+        done = np.zeros(n, bool)
+        truncated = np.zeros(n, bool)
+        terminal_obs: dict[int, Any] = {}
+        env, read = inst.env, self._reader.read
+        for _ in range(self.max_idle_steps):
+            env.step()
+            dec, term = read(env)
+            if len(term):
+                self._absorb_terminal(inst, term, reward, group_reward, done, truncated, terminal_obs)
+            inst.dec = dec
+            ids = dec.agent_id
+            steady = inst.steady_ids
+            if steady is not None and len(ids) == len(steady) and (ids == steady).all():
+                # steady state: the same agents ask as last time, in the same order, all with slots
+                rows = inst.rows
+                reward += dec.reward[rows]
+                group_reward += dec.group_reward[rows]
+                inst.group_id[:] = dec.group_id[rows]
+                converted = self.spaces.observations(dec.obs)
+                if inst.identity:
+                    _put_slice(self._obs_buf, inst.slots, converted, n)
+                else:
+                    _put(self._obs_buf, inst.slots, _take(converted, rows))
+                return _StepResult(reward, group_reward, done, truncated, terminal_obs)
+            if len(ids) == 0:  # nobody of this behavior asks (between decisions): step on
+                inst.rows = np.full(n, -1, np.int64)
+                inst.identity = False
+                inst.steady_ids = None
+                self._answer_others(inst)
+                continue
+            rows = match_ids(inst.agent, inst.bound, ids)
+            found = rows >= 0
+            if found.any():
+                reward[found] += dec.reward[rows[found]]
+                group_reward[found] += dec.group_reward[rows[found]]
+                inst.group_id[found] = dec.group_id[rows[found]]
+            self._bind(inst, dec, rows)
+            if inst.all_bound and (inst.rows >= 0).all():
+                inst.steady_ids = np.array(ids, copy=True)
+                inst.identity = len(ids) >= n and bool((inst.rows == inst.arange).all())
+            # a slot whose agent ended its episode waits with the others for the next request, so
+            # a death between two decisions does not make a step where every slot is inactive
+            if (inst.rows >= 0).any():
+                break
+            self._answer_idle(inst, dec)
+        else:
+            if not done.any():
+                raise UnityNoDecisionError(
+                    f"Unity worker {inst.worker_id}: none of its {n} slots' agents of behavior "
+                    f"{self.behavior_name!r} asked for a decision or ended an episode in {self.max_idle_steps} "
+                    "Unity steps. Raise max_idle_steps if the agents decide that rarely."
+                )
+            # nobody asks any more, but episodes ended: report them
+        self._write_obs(inst, inst.dec, np.flatnonzero(inst.rows >= 0))
+        return _StepResult(reward, group_reward, done, truncated, terminal_obs)
+
+    def _absorb_terminal(
+        self,
+        inst: _Instance,
+        term: TerminalSteps,
+        reward: np.ndarray,
+        group_reward: np.ndarray,
+        done: np.ndarray,
+        truncated: np.ndarray,
+        terminal_obs: dict[int, Any],
+    ) -> None:
+        # few agents end per step: a dict lookup beats sorting every slot's id
+        slot_of = inst.slot_of
+        pairs = [(slot_of[a], j) for j, a in enumerate(term.agent_id.tolist()) if a in slot_of]
+        if not pairs:
+            return
+        ended = np.array([p[0] for p in pairs], dtype=np.int64)
+        term_rows = np.array([p[1] for p in pairs], dtype=np.int64)
+        for slot, _ in pairs:
+            del slot_of[int(inst.agent[slot])]
+        reward[ended] += term.reward[term_rows]
+        group_reward[ended] += term.group_reward[term_rows]
+        inst.group_id[ended] = term.group_id[term_rows]
+        done[ended] = True
+        truncated[ended] = term.interrupted[term_rows]
+        converted = self.spaces.observations(term.obs)
+        picked = _take(converted, term_rows)
+        for j, local in enumerate(ended.tolist()):
+            terminal_obs[local] = _row(picked, j)
+        # placeholder until a new agent takes the slot: the terminal observation
+        _put(self._obs_buf, inst.start + ended, picked)
+        inst.bound[ended] = False
+        rows = inst.rows.copy()  # may be the shared ``arange``
+        rows[ended] = -1
+        inst.rows = rows
+        inst.all_bound = False
+        inst.identity = False
+        inst.steady_ids = None
+
+    def _bind(self, inst: _Instance, dec: DecisionSteps, rows: np.ndarray) -> None:
+        """Give free slots to unassigned requesting agents; ``rows`` maps bound slots into ``dec``."""
+        inst.rows = rows
+        inst.identity = False
+        inst.steady_ids = None
+        free = np.flatnonzero(~inst.bound)
+        if len(free) == 0 or len(dec) == 0:
+            inst.all_bound = len(free) == 0
+            return
+        candidates = unassigned_rows(rows, len(dec))
+        pairs = assign_free_slots(
+            free, inst.previous, inst.had_agent, dec.agent_id[candidates].astype(np.int64)
+        )
+        for slot, j in pairs:
+            row = int(candidates[j])
+            agent_id = int(dec.agent_id[row])
+            inst.agent[slot] = agent_id
+            inst.slot_of[agent_id] = slot
+            inst.previous[slot] = agent_id
+            inst.bound[slot] = True
+            inst.had_agent[slot] = True
+            inst.rows[slot] = row
+            inst.group_id[slot] = int(dec.group_id[row])
+        inst.all_bound = bool(inst.bound.all())
+
+    def _write_obs(self, inst: _Instance, dec: DecisionSteps, local: np.ndarray) -> None:
+        if len(local) == 0:
+            return
+        converted = self.spaces.observations(dec.obs)
+        rows = inst.rows[local]
+        if len(local) == inst.n and len(dec) >= inst.n and np.array_equal(rows, np.arange(inst.n)):
+            _put_slice(self._obs_buf, inst.slots, converted, inst.n)
+        else:
+            _put(self._obs_buf, inst.start + local, _take(converted, rows))
