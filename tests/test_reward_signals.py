@@ -91,13 +91,10 @@ def test_memory_is_ignored_with_a_warning():
         parse_reward_signals({"rnd": {"network_settings": {"memory": {"sequence_length": 8}}}}, 0.99)
 
 
-def test_bc_hook_without_bc_module_raises_not_implemented(monkeypatch):
-    import sys
-
-    monkeypatch.setitem(sys.modules, "unity_sb3.algorithms.bc", None)  # import fails like a missing file
-    with pytest.raises(NotImplementedError, match=r"needs unity_sb3\.algorithms\.bc"):
-        make_bc_module(object(), {"demo_path": "x.demo"})
+def test_bc_hook_builds_nothing_without_settings_and_refuses_non_dict_settings():
     assert make_bc_module(object(), None) is None
+    with pytest.raises(RewardSignalConfigError, match="behavioral_cloning must be a dict like"):
+        make_bc_module(object(), "x.demo")
 
 
 # ---------------------------------------------------------------- networks

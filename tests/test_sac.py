@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import sys
-import types
-
 import numpy as np
 import pytest
 import torch as th
 from stable_baselines3 import SAC as SB3SAC
 from stable_baselines3.common.env_util import make_vec_env
 
+from unity_sb3.algorithms import bc
 from unity_sb3.algorithms.reward_signals.settings import RewardSignalConfigError
 from unity_sb3.algorithms.sac.sac import SAC
 
@@ -118,7 +116,6 @@ def test_save_load_gives_identical_intrinsic_rewards(tmp_path):
 
 def test_bc_hook_runs_after_each_gradient_step(monkeypatch):
     calls = []
-    fake = types.ModuleType("unity_sb3.algorithms.bc")
 
     class FakeBC:
         def __init__(self, algorithm, settings):
@@ -128,8 +125,7 @@ def test_bc_hook_runs_after_each_gradient_step(monkeypatch):
             calls.append(1)
             return {"loss": 1.0}
 
-    fake.make_bc_module = FakeBC
-    monkeypatch.setitem(sys.modules, "unity_sb3.algorithms.bc", fake)
+    monkeypatch.setattr(bc, "make_bc_module", FakeBC)
     model = SAC("MlpPolicy", pendulum(), **FAST, behavioral_cloning={"strength": 1.0})
     model.learn(50)
     assert len(calls) == 50 - 40  # one gradient step per env step after learning_starts

@@ -1,4 +1,4 @@
-"""Pieces shared by the project's PPO and SAC: reward-signal configuration and the BC hook.
+"""What the project's PPO and SAC share: their reward signals, their BC term, and saving both.
 
 Reward signals are configured with the same dictionary an ML-Agents trainer YAML uses under
 ``reward_signals``, so a config can be carried over unchanged::
@@ -15,22 +15,30 @@ Unknown signal names or keys raise a :class:`RewardSignalConfigError` that sugge
 closest valid spelling. Missing keys take ML-Agents' defaults (``settings.py``), except that
 ``gamma`` defaults to the algorithm's own ``gamma`` argument (0.99 unless changed), so an SB3
 user who sets ``gamma=0.95`` does not silently get 0.99 on the extrinsic head.
+
+:class:`SignalsAndBCMixin` builds the signals and the BC term from those arguments, runs the BC
+update, computes intrinsic rewards, and saves and loads the components' state with the model.
+What each algorithm does with the signals (PPO's value heads, SAC's Q streams) stays in its class.
 """
 
 from __future__ import annotations
 
-import importlib
 import warnings
 from collections.abc import Mapping
 from typing import Any
 
-from unity_sb3.algorithms.reward_signals.settings import RewardSignalConfigError
+import numpy as np
+from torch import nn
+
+from unity_sb3.algorithms import bc
+from unity_sb3.algorithms.reward_signals import make_reward_signals
+from unity_sb3.algorithms.reward_signals.settings import RewardSignalConfigError, parse_reward_signals
 
 
 def make_bc_module(algorithm: Any, config: Mapping[str, Any] | None) -> Any | None:
     """Build the behavioral-cloning term for ``algorithm`` from its ``behavioral_cloning`` config.
 
-    The BC implementation lives in :mod:`unity_sb3.algorithms.bc`. Contract with it:
+    The BC implementation is :func:`unity_sb3.algorithms.bc.make_bc_module`. Contract with it:
     ``bc.make_bc_module(algorithm, settings: dict) -> module`` where ``module.update() -> dict[str,
     float]`` runs one BC update (PPO calls it once after each policy update, SAC after each gradient
     step) and returns values to log under ``behavioral_cloning/<key>``. When the module has
@@ -46,22 +54,7 @@ def make_bc_module(algorithm: Any, config: Mapping[str, Any] | None) -> Any | No
         raise RewardSignalConfigError(
             f"behavioral_cloning must be a dict like {{'demo_path': ..., 'strength': 0.5}}, got {config!r}."
         )
-    try:
-        bc = importlib.import_module("unity_sb3.algorithms.bc")
-    except ModuleNotFoundError as error:
-        if error.name != "unity_sb3.algorithms.bc":
-            raise
-        raise NotImplementedError(
-            "behavioral_cloning=... needs unity_sb3.algorithms.bc, which this installation does not have. "
-            "Pass behavioral_cloning=None, or use GAIL (reward_signals={'gail': {...}}) for imitation."
-        ) from None
-    factory = getattr(bc, "make_bc_module", None)
-    if factory is None:
-        raise NotImplementedError(
-            "unity_sb3.algorithms.bc has no make_bc_module(algorithm, settings): the BC term during "
-            "PPO/SAC training is not available in this version. Pass behavioral_cloning=None."
-        )
-    return factory(algorithm, dict(config))
+    return bc.make_bc_module(algorithm, dict(config))
 
 
 def log_stats(logger: Any, prefix: str, stats: Mapping[str, list[float]]) -> None:
@@ -96,16 +89,80 @@ def drop_absent_components(algorithm: Any, params: dict[str, Any]) -> dict[str, 
     return kept
 
 
-class SavedComponentsMixin:
-    """Saving and loading of the reward signals' and the BC module's state (PPO and SAC).
+class SignalsAndBCMixin:
+    """The reward signals and the BC term of PPO and SAC: building, using, saving and loading them.
 
-    Put it before the SB3 class (``class PPO(SavedComponentsMixin, stable_baselines3.PPO)``).
-    The signals' networks and optimizers and the BC module's state go into the saved model; a
-    model saved with them loads into one built without them (their state is dropped).
+    Put it before the SB3 class (``class PPO(SignalsAndBCMixin, stable_baselines3.PPO)``). The
+    algorithm calls :meth:`_init_signals_and_bc` in ``__init__`` (before SB3's), then
+    :meth:`_setup_signals` and :meth:`_setup_bc` in ``_setup_model``. The signals' networks and
+    optimizers and the BC module's state go into the saved model; a model saved with them loads
+    into one built without them (their state is dropped, with a warning).
     """
 
-    signals: Any
+    reward_signals: dict | None
+    behavioral_cloning: dict | None
+    signals: nn.ModuleDict | None
     _bc: Any
+    _heads: list[str]
+    _signal_settings: dict[str, dict]
+
+    def _init_signals_and_bc(self, reward_signals: dict | None, behavioral_cloning: dict | None) -> None:
+        """Keep the user's settings; the components are built by ``_setup_model``."""
+        self.reward_signals = reward_signals
+        self.behavioral_cloning = behavioral_cloning
+        self.signals = None
+        self._bc = None
+        self._heads = []
+
+    def _setup_signals(self, config: dict | None) -> dict[str, dict] | None:
+        """Parse ``config`` and build its intrinsic signals (``self.signals``, one head per entry).
+
+        :param config: the ``reward_signals`` dict to use (an algorithm may put a default in).
+        :return: the parsed settings in config order, or ``None``: no signals, plain SB3 training.
+        """
+        parsed = parse_reward_signals(config, default_gamma=self.gamma)  # type: ignore[attr-defined]
+        if parsed is not None:
+            self._signal_settings = parsed
+            self._heads = list(parsed)
+            self.signals = make_reward_signals(
+                parsed,
+                self.observation_space,  # type: ignore[attr-defined]
+                self.action_space,  # type: ignore[attr-defined]
+                self.device,  # type: ignore[attr-defined]
+                model=self,
+            )
+        return parsed
+
+    def _setup_bc(self) -> None:
+        """Build the BC term from ``behavioral_cloning`` (after the policy and the signals)."""
+        self._bc = make_bc_module(self, self.behavioral_cloning)
+
+    def _update_bc(self) -> None:
+        """One BC update, its values logged under ``behavioral_cloning/``."""
+        if self._bc is None:
+            return
+        for key, value in (self._bc.update() or {}).items():
+            self.logger.record(f"behavioral_cloning/{key}", float(value))  # type: ignore[attr-defined]
+
+    def intrinsic_rewards(
+        self, obs: Any, actions: Any, next_obs: Any, dones: Any = None
+    ) -> dict[str, np.ndarray]:
+        """``{signal: strength * reward}`` of each intrinsic signal for a batch of transitions.
+
+        :param obs: ``(batch, *obs_shape)`` (dict for ``Dict`` spaces).
+        :param actions: ``(batch, ...)`` actions.
+        :param next_obs: ``(batch, *obs_shape)`` true next observations.
+        :param dones: ``(batch,)`` episode ends (GAIL with ``use_actions``), optional.
+        """
+        if self.signals is None:
+            return {}
+        return {
+            name: self._signal_settings[name]["strength"] * signal.reward(obs, actions, next_obs, dones)
+            for name, signal in self.signals.items()
+        }
+
+    def _excluded_save_params(self) -> list[str]:
+        return [*super()._excluded_save_params(), "signals", "_bc", "_signal_settings"]  # type: ignore[misc]
 
     def set_parameters(
         self,

@@ -34,6 +34,10 @@ With ``reward_signals`` it does what ML-Agents' PPO does:
 ``behavioral_cloning``: see :func:`unity_sb3.algorithms.mixin.make_bc_module`; PPO calls the BC
 module's ``update()`` once after each policy update (as ML-Agents) and logs under
 ``behavioral_cloning/``.
+
+The signals and the BC term are built, saved and loaded by
+:class:`~unity_sb3.algorithms.mixin.SignalsAndBCMixin` (shared with SAC); the rollout collection
+is in :mod:`unity_sb3.algorithms.ppo.rollouts`.
 """
 
 from __future__ import annotations
@@ -45,22 +49,14 @@ import numpy as np
 import torch as th
 from gymnasium import spaces
 from stable_baselines3 import PPO as SB3PPO
-from stable_baselines3.common.callbacks import BaseCallback
-from stable_baselines3.common.utils import explained_variance, obs_as_tensor
-from stable_baselines3.common.vec_env import VecEnv
+from stable_baselines3.common.utils import explained_variance
 from torch import nn
 
-from unity_sb3.algorithms.mixin import SavedComponentsMixin, log_stats, make_bc_module
-from unity_sb3.algorithms.ppo.buffers import (
-    REWARD_CHUNK,
-    SignalRolloutBuffer,
-    _slice_obs,
-    copy_obs,
-    stack_obs,
-)
-from unity_sb3.algorithms.reward_signals import make_reward_signals
-from unity_sb3.algorithms.reward_signals.settings import RewardSignalConfigError, parse_reward_signals
-from unity_sb3.slots import active_from_infos, is_unity_vec_env, mark_inactive_aware, reset_infos_of
+from unity_sb3.algorithms.mixin import SignalsAndBCMixin, log_stats
+from unity_sb3.algorithms.ppo.buffers import SignalRolloutBuffer
+from unity_sb3.algorithms.ppo.rollouts import SignalRolloutsMixin
+from unity_sb3.algorithms.reward_signals.settings import RewardSignalConfigError
+from unity_sb3.slots import is_unity_vec_env
 
 
 def widen_value_head(policy: Any, n_heads: int) -> None:
@@ -81,7 +77,7 @@ def widen_value_head(policy: Any, n_heads: int) -> None:
     )
 
 
-class PPO(SavedComponentsMixin, SB3PPO):
+class PPO(SignalsAndBCMixin, SignalRolloutsMixin, SB3PPO):
     """SB3's PPO with ML-Agents reward signals and a behavioral-cloning hook (see the module docstring).
 
     Takes every argument of :class:`stable_baselines3.PPO`, plus:
@@ -103,12 +99,8 @@ class PPO(SavedComponentsMixin, SB3PPO):
         behavioral_cloning: dict | None = None,
         **kwargs: Any,
     ) -> None:
-        self.reward_signals = reward_signals
-        self.behavioral_cloning = behavioral_cloning
-        self.signals: nn.ModuleDict | None = None
-        self._bc: Any = None
-        self._heads: list[str] = []
-        self._last_active: np.ndarray | None = None
+        self._init_signals_and_bc(reward_signals, behavioral_cloning)
+        self._last_active = None
         if reward_signals is not None and kwargs.get("rollout_buffer_class") is not None:
             raise RewardSignalConfigError(
                 "rollout_buffer_class cannot be combined with reward_signals: PPO with reward signals uses "
@@ -116,21 +108,15 @@ class PPO(SavedComponentsMixin, SB3PPO):
             )
         super().__init__(policy, env, *args, **kwargs)
 
-    # ------------------------------------------------------------------ set-up
     def _setup_model(self) -> None:
         super()._setup_model()
         config = self.reward_signals
         if config is None and is_unity_vec_env(self.env):
             config = {"extrinsic": {}}  # the signal path is the one that skips inactive slots
-        parsed = parse_reward_signals(config, default_gamma=self.gamma)
+        parsed = self._setup_signals(config)
         if parsed is not None:
-            self._heads = list(parsed)
-            self.signals = make_reward_signals(
-                parsed, self.observation_space, self.action_space, self.device, model=self
-            )
             if len(self._heads) > 1:
                 widen_value_head(self.policy, len(self._heads))
-            self._signal_settings = parsed
             self.rollout_buffer = SignalRolloutBuffer(
                 self.n_steps,
                 self.observation_space,
@@ -141,185 +127,14 @@ class PPO(SavedComponentsMixin, SB3PPO):
                 ignore_done=[name in self.signals and self.signals[name].ignore_done for name in self._heads],
                 n_envs=self.n_envs,
             )
-        self._bc = make_bc_module(self, self.behavioral_cloning)
+        self._setup_bc()
 
-    def _excluded_save_params(self) -> list[str]:
-        return [*super()._excluded_save_params(), "signals", "_bc", "_signal_settings"]
-
-    def _setup_learn(
-        self,
-        total_timesteps: int,
-        callback: Any = None,
-        reset_num_timesteps: bool = True,
-        *args: Any,
-        **kwargs: Any,
-    ):
-        will_reset = reset_num_timesteps or self._last_obs is None
-        result = super()._setup_learn(total_timesteps, callback, reset_num_timesteps, *args, **kwargs)
-        if will_reset or self._last_active is None or len(self._last_active) != self.n_envs:
-            self._last_active = active_from_infos(reset_infos_of(self.env), self.n_envs)
-        if self.signals is not None:
-            mark_inactive_aware(self.env)  # this path never trains on placeholder steps
-        return result
-
-    # ------------------------------------------------------------------ rollouts
-    def collect_rollouts(
-        self, env: VecEnv, callback: BaseCallback, rollout_buffer: Any, n_rollout_steps: int
-    ) -> bool:
-        if self.signals is None:
-            return super().collect_rollouts(env, callback, rollout_buffer, n_rollout_steps)
-        assert self._last_obs is not None, "No previous observation was provided"
-        assert isinstance(rollout_buffer, SignalRolloutBuffer)
-        self.policy.set_training_mode(False)
-        n_steps = 0
-        rollout_buffer.reset()
-        if self.use_sde:
-            self.policy.reset_noise(env.num_envs)
-        if self._last_active is None or len(self._last_active) != env.num_envs:
-            self._last_active = np.ones(env.num_envs, dtype=bool)
-        n_heads = len(self._heads)
-        need_terminal_values = any(rollout_buffer.ignore_done)
-        # step index of an active step whose next observation is still a placeholder, per slot
-        pending = np.full(env.num_envs, -1, dtype=np.int64)
-        callback.on_rollout_start()
-
-        while n_steps < n_rollout_steps:
-            if self.use_sde and self.sde_sample_freq > 0 and n_steps % self.sde_sample_freq == 0:
-                self.policy.reset_noise(env.num_envs)
-            with th.no_grad():
-                obs_tensor = obs_as_tensor(self._last_obs, self.device)
-                actions, values, log_probs = self.policy(obs_tensor)
-            actions = actions.cpu().numpy()
-            clipped_actions = actions
-            if isinstance(self.action_space, spaces.Box):
-                if self.policy.squash_output:
-                    clipped_actions = self.policy.unscale_action(clipped_actions)
-                else:
-                    clipped_actions = np.clip(actions, self.action_space.low, self.action_space.high)
-
-            new_obs, rewards, dones, infos = env.step(clipped_actions)
-            self.num_timesteps += env.num_envs
-            callback.update_locals(locals())
-            if not callback.on_step():
-                return False
-            self._update_info_buffer(infos, dones)
-            n_steps += 1
-            if isinstance(self.action_space, spaces.Discrete):
-                actions = actions.reshape(-1, 1)
-
-            next_obs = copy_obs(new_obs)
-            truncated = np.zeros(env.num_envs, dtype=bool)
-            terminal_values = np.zeros((env.num_envs, n_heads), dtype=np.float32)
-            ended = []
-            for idx, done in enumerate(dones):
-                terminal = infos[idx].get("terminal_observation") if done else None
-                if terminal is None:
-                    continue
-                if isinstance(next_obs, dict):
-                    for key in next_obs:
-                        next_obs[key][idx] = terminal[key]
-                else:
-                    next_obs[idx] = terminal
-                truncated[idx] = bool(infos[idx].get("TimeLimit.truncated", False))
-                if truncated[idx] or need_terminal_values:
-                    ended.append(idx)
-            if ended:
-                terminal_batch = stack_obs([infos[i]["terminal_observation"] for i in ended])
-                with th.no_grad():
-                    v = self.policy.predict_values(obs_as_tensor(terminal_batch, self.device))
-                terminal_values[ended] = v.cpu().numpy().reshape(len(ended), n_heads)
-
-            active_next = active_from_infos(infos, env.num_envs)
-            step = rollout_buffer.pos
-            rollout_buffer.add(
-                self._last_obs,
-                actions,
-                rewards,
-                self._last_episode_starts,
-                values,
-                log_probs,
-                next_obs,
-                dones,
-                truncated,
-                self._last_active,
-                terminal_values,
-            )
-            self._fix_pending_next_obs(rollout_buffer, step, pending, next_obs, dones, active_next)
-            self._last_obs = new_obs
-            self._last_episode_starts = dones
-            self._last_active = active_next
-
-        with th.no_grad():
-            values = self.policy.predict_values(obs_as_tensor(new_obs, self.device))
-        self._fill_head_rewards(rollout_buffer)
-        rollout_buffer.compute_returns_and_advantage(last_values=values, last_active=self._last_active)
-        callback.update_locals(locals())
-        callback.on_rollout_end()
-        return True
-
-    def _fix_pending_next_obs(
-        self,
-        buffer: SignalRolloutBuffer,
-        step: int,
-        pending: np.ndarray,
-        next_obs: Any,
-        dones: np.ndarray,
-        active_next: np.ndarray,
-    ) -> None:
-        """Point an active step's next observation past the placeholder steps that followed it."""
-        was_active = self._last_active
-        for env_idx in range(len(dones)):
-            if was_active[env_idx]:
-                pending[env_idx] = step if (not dones[env_idx] and not active_next[env_idx]) else -1
-            elif pending[env_idx] >= 0 and (dones[env_idx] or active_next[env_idx]):
-                obs_i = (
-                    {k: v[env_idx] for k, v in next_obs.items()}
-                    if isinstance(next_obs, dict)
-                    else next_obs[env_idx]
-                )
-                buffer.set_next_obs(int(pending[env_idx]), env_idx, obs_i)
-                pending[env_idx] = -1
-
-    def _fill_head_rewards(self, buffer: SignalRolloutBuffer) -> None:
-        """``strength * reward`` per head for every stored step (0 for signals on inactive steps)."""
-        assert self.signals is not None
-        active = buffer.active
-        obs, next_obs = buffer.flat_obs(), buffer.flat_obs(next_obs=True)
-        actions = buffer.actions.reshape(-1, buffer.action_dim)
-        dones = buffer.dones.reshape(-1).astype(np.float32)
-        total = actions.shape[0]
-        for k, name in enumerate(self._heads):
-            strength = self._signal_settings[name]["strength"]
-            if name == "extrinsic":
-                buffer.head_rewards[..., k] = strength * buffer.env_rewards
-                mean = float(strength * buffer.env_rewards[active].mean()) if active.any() else 0.0
-            else:
-                signal = self.signals[name]
-                rewards = np.empty(total, dtype=np.float32)
-                for start in range(0, total, REWARD_CHUNK):
-                    sl = slice(start, start + REWARD_CHUNK)
-                    rewards[sl] = signal.reward(
-                        _slice_obs(obs, sl), actions[sl], _slice_obs(next_obs, sl), dones[sl]
-                    )
-                rewards = strength * rewards.reshape(buffer.buffer_size, buffer.n_envs) * active
-                buffer.head_rewards[..., k] = rewards
-                mean = float(rewards[active].mean()) if active.any() else 0.0
-            self.logger.record(f"reward_signals/{name}/reward", mean)
-
-    # ------------------------------------------------------------------ training
     def train(self) -> None:
         if self.signals is None:
             super().train()
         else:
             self._train_with_signals()
         self._update_bc()
-
-    def _update_bc(self) -> None:
-        if self._bc is None:
-            return
-        stats = self._bc.update()
-        for key, value in (stats or {}).items():
-            self.logger.record(f"behavioral_cloning/{key}", float(value))
 
     def _train_with_signals(self) -> None:
         assert self.signals is not None
@@ -418,21 +233,3 @@ class PPO(SavedComponentsMixin, SB3PPO):
             log_stats(self.logger, f"reward_signals/{name}", {"value_loss": head_value_losses[name]})
         for name, stats in signal_stats.items():
             log_stats(self.logger, f"reward_signals/{name}", stats)
-
-    # ------------------------------------------------------------------ helpers
-    def intrinsic_rewards(
-        self, obs: Any, actions: Any, next_obs: Any, dones: Any = None
-    ) -> dict[str, np.ndarray]:
-        """``{signal: strength * reward}`` of each intrinsic signal for a batch of transitions.
-
-        :param obs: ``(batch, *obs_shape)`` (dict for ``Dict`` spaces).
-        :param actions: ``(batch, ...)`` actions.
-        :param next_obs: ``(batch, *obs_shape)`` true next observations.
-        :param dones: ``(batch,)`` episode ends (GAIL with ``use_actions``), optional.
-        """
-        if self.signals is None:
-            return {}
-        return {
-            name: self._signal_settings[name]["strength"] * signal.reward(obs, actions, next_obs, dones)
-            for name, signal in self.signals.items()
-        }

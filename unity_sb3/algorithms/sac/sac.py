@@ -40,9 +40,8 @@ from stable_baselines3.common.utils import polyak_update
 from torch import nn
 from torch.nn import functional as F
 
-from unity_sb3.algorithms.mixin import SavedComponentsMixin, log_stats, make_bc_module
-from unity_sb3.algorithms.reward_signals import make_reward_signals
-from unity_sb3.algorithms.reward_signals.settings import RewardSignalConfigError, parse_reward_signals
+from unity_sb3.algorithms.mixin import SignalsAndBCMixin, log_stats
+from unity_sb3.algorithms.reward_signals.settings import RewardSignalConfigError
 
 
 def widen_q_networks(critic: Any, n_heads: int) -> None:
@@ -56,7 +55,7 @@ def widen_q_networks(critic: Any, n_heads: int) -> None:
         q_net[-1] = nn.Linear(last.in_features, n_heads).to(last.weight.device)
 
 
-class SAC(SavedComponentsMixin, SB3SAC):
+class SAC(SignalsAndBCMixin, SB3SAC):
     """SB3's SAC with ML-Agents reward signals and a BC hook (see the module docstring).
 
     Takes every argument of :class:`stable_baselines3.SAC`, plus:
@@ -75,11 +74,7 @@ class SAC(SavedComponentsMixin, SB3SAC):
         behavioral_cloning: dict | None = None,
         **kwargs: Any,
     ) -> None:
-        self.reward_signals = reward_signals
-        self.behavioral_cloning = behavioral_cloning
-        self.signals: nn.ModuleDict | None = None
-        self._bc: Any = None
-        self._heads: list[str] = []
+        self._init_signals_and_bc(reward_signals, behavioral_cloning)
         if reward_signals is not None and int(kwargs.get("n_steps", 1)) > 1:
             raise RewardSignalConfigError(
                 "n-step replay (n_steps > 1) cannot be combined with reward_signals."
@@ -88,13 +83,8 @@ class SAC(SavedComponentsMixin, SB3SAC):
 
     def _setup_model(self) -> None:
         super()._setup_model()
-        parsed = parse_reward_signals(self.reward_signals, default_gamma=self.gamma)
+        parsed = self._setup_signals(self.reward_signals)
         if parsed is not None:
-            self._signal_settings = parsed
-            self._heads = list(parsed)
-            self.signals = make_reward_signals(
-                parsed, self.observation_space, self.action_space, self.device, model=self
-            )
             n_heads = len(self._heads)
             if n_heads > 1:
                 widen_q_networks(self.critic, n_heads)
@@ -113,17 +103,10 @@ class SAC(SavedComponentsMixin, SB3SAC):
                 device=self.device,
             )
             self._entropy_head = self._heads.index("extrinsic") if "extrinsic" in self._heads else 0
-        self._bc = make_bc_module(self, self.behavioral_cloning)
+        self._setup_bc()
 
     def _excluded_save_params(self) -> list[str]:
-        return [
-            *super()._excluded_save_params(),
-            "signals",
-            "_bc",
-            "_signal_settings",
-            "_gammas",
-            "_episodic",
-        ]
+        return [*super()._excluded_save_params(), "_gammas", "_episodic"]
 
     def train(self, gradient_steps: int, batch_size: int = 64) -> None:
         if self.signals is None:
@@ -133,12 +116,6 @@ class SAC(SavedComponentsMixin, SB3SAC):
                     self._update_bc()
             return
         self._train_with_signals(gradient_steps, batch_size)
-
-    def _update_bc(self) -> None:
-        if self._bc is None:
-            return
-        for key, value in (self._bc.update() or {}).items():
-            self.logger.record(f"behavioral_cloning/{key}", float(value))
 
     def _head_rewards(self, data: Any) -> th.Tensor:
         """``(batch, n_heads)`` strength-weighted rewards of a replay batch, with current networks."""
@@ -240,14 +217,3 @@ class SAC(SavedComponentsMixin, SB3SAC):
             log_stats(self.logger, f"reward_signals/{name}", {"reward": reward_means[name]})
         for name, stats in signal_stats.items():
             log_stats(self.logger, f"reward_signals/{name}", stats)
-
-    def intrinsic_rewards(
-        self, obs: Any, actions: Any, next_obs: Any, dones: Any = None
-    ) -> dict[str, np.ndarray]:
-        """``{signal: strength * reward}`` of each intrinsic signal for a batch of transitions."""
-        if self.signals is None:
-            return {}
-        return {
-            name: self._signal_settings[name]["strength"] * signal.reward(obs, actions, next_obs, dones)
-            for name, signal in self.signals.items()
-        }
