@@ -5,10 +5,11 @@ Imports are lazy: naming ``tqc`` does not import ``poca`` and vice versa.
 
 from __future__ import annotations
 
-import difflib
 import importlib
 
 from stable_baselines3.common.base_class import BaseAlgorithm
+
+from unity_sb3.validation import close_matches
 
 # name -> "module:attribute"; the project's PPO/SAC are SB3's plus reward signals and BC.
 ALGORITHMS: dict[str, str] = {
@@ -35,7 +36,7 @@ def algorithm_class(name: str) -> type[BaseAlgorithm]:
     """
     key = name.lower().replace("-", "_")
     if key not in ALGORITHMS:
-        close = difflib.get_close_matches(key, ALGORITHMS, n=3)
+        close = close_matches(key, ALGORITHMS, n=3)
         hint = f" Did you mean {', '.join(close)}?" if close else ""
         raise ValueError(f"Unknown algorithm {name!r}.{hint} Known: {', '.join(sorted(ALGORITHMS))}.")
     try:

@@ -16,7 +16,7 @@ from unity_sb3.unity import compat as _compat  # noqa: F401  (before any mlagent
 from unity_sb3.unity.channels import UnityChannels, _as_channel_list, find_channels, logger
 from unity_sb3.unity.errors import UnityConfigurationError
 from unity_sb3.unity.parameters import EnvironmentParameters, _brain_name
-from unity_sb3.validation import _float, _short_repr
+from unity_sb3.validation import finite_float, short_repr
 
 __all__: list[str] = []
 
@@ -164,14 +164,14 @@ class CurriculumCallback(BaseCallback):
         if not isinstance(state, Mapping) or not isinstance(state.get("parameters"), Mapping):
             raise UnityConfigurationError(
                 "a CurriculumCallback state is a mapping with 'parameters' (and 'reward_buffer'), as "
-                f"CurriculumCallback.state_dict() returns; got {_short_repr(state)}."
+                f"CurriculumCallback.state_dict() returns; got {short_repr(state)}."
             )
         raw = state.get("reward_buffer", [])
         if isinstance(raw, (str, bytes, Mapping)) or not isinstance(raw, Sequence):
             raise UnityConfigurationError(
-                f"curriculum state: reward_buffer must be a list of episode returns, got {_short_repr(raw)}."
+                f"curriculum state: reward_buffer must be a list of episode returns, got {short_repr(raw)}."
             )
-        rewards = [_float(r, "curriculum state: a reward_buffer entry") for r in raw]
+        rewards = [finite_float(r, "curriculum state: a reward_buffer entry") for r in raw]
         if self.parameters is None:
             EnvironmentParameters._check_state(state["parameters"])
             self._pending_state = (state, strict)

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
-import difflib
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
+
+from unity_sb3 import validation
 
 __all__: list[str] = []
 
@@ -292,40 +291,15 @@ def _short(value: Any, limit: int = 40) -> str:
 
 
 def _check_keys(config: Any, allowed: tuple[str, ...] | list[str], where: str) -> None:
-    if config is None:
-        return
-    if not isinstance(config, Mapping):
-        raise MLAgentsConfigError(f"{where} must be a mapping of settings, got {config!r}.")
-    for key in config:
-        if key not in allowed:
-            close = difflib.get_close_matches(str(key), list(allowed), n=1, cutoff=0.6)
-            hint = f" Did you mean {close[0]!r}?" if close else ""
-            raise MLAgentsConfigError(
-                f"Unknown key {key!r} in {where}.{hint} Valid keys: {', '.join(sorted(allowed))}."
-            )
+    validation.check_keys(config, allowed, where, MLAgentsConfigError)
 
 
 def _number(value: Any, where: str, low: float | None = None, integer: bool = False) -> float | int:
-    if isinstance(value, str):
-        with contextlib.suppress(ValueError):
-            value = float(value)  # YAML 1.1 reads "3.0e-4" as a float but "3e-4" as a string
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise MLAgentsConfigError(f"{where} must be a number, got {value!r}.")
-    if low is not None and value < low:
-        raise MLAgentsConfigError(f"{where} must be >= {low}, got {value}.")
-    if integer:
-        if float(value) != int(value):
-            raise MLAgentsConfigError(f"{where} must be a whole number, got {value}.")
-        return int(value)
-    return float(value)
+    return validation.number(value, where, low=low, integer=integer, text=True, error=MLAgentsConfigError)
 
 
 def _choice(value: Any, choices: tuple[str, ...], where: str) -> str:
-    if value not in choices:
-        close = difflib.get_close_matches(str(value), list(choices), n=1)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
-        raise MLAgentsConfigError(f"{where} must be one of {', '.join(choices)}, got {value!r}.{hint}")
-    return value
+    return validation.choice(value, choices, where, MLAgentsConfigError)
 
 
 def _deep_update(base: dict[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from unity_sb3 import validation
 from unity_sb3.config.mlagents_schema import (
     _CADENCE,
     BC_KEYS,
@@ -184,9 +185,7 @@ def _map_sac(m: _Mapper, hyper: dict[str, Any], gamma: float, where: str) -> Non
         f"ent_coef={out['ent_coef']!r}",
         "learned, starting at init_entcoef",
     )
-    save_buffer = hyper["save_replay_buffer"]
-    if not isinstance(save_buffer, bool):
-        raise MLAgentsConfigError(f"{h}.save_replay_buffer must be true or false, got {save_buffer!r}.")
+    save_buffer = validation.flag(hyper["save_replay_buffer"], f"{h}.save_replay_buffer", MLAgentsConfigError)
     m.run.save_replay_buffer = save_buffer
     m.row(
         "hyperparameters.save_replay_buffer",
@@ -219,9 +218,7 @@ def _map_network(m: _Mapper, network: dict[str, Any], where: str) -> None:
         "separate actor and critic, as ML-Agents",
     )
     m.row("(ML-Agents uses Swish)", None, "activation_fn=nn.SiLU")
-    normalize = network["normalize"]
-    if not isinstance(normalize, bool):
-        raise MLAgentsConfigError(f"{n}.normalize must be true or false, got {normalize!r}.")
+    normalize = validation.flag(network["normalize"], f"{n}.normalize", MLAgentsConfigError)
     if normalize:
         m.run.normalize = {"norm_obs": True, "norm_reward": False}
         m.row(

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import difflib
 import math
 from collections.abc import Mapping
 from typing import Any
 
 from unity_sb3.config.mlagents_schema import SCHEDULE_KEYS, MLAgentsConfigError
+from unity_sb3.validation import did_you_mean
 
 __all__: list[str] = []
 
@@ -125,10 +125,8 @@ def _check_hyperparameter_names(algo: str, kwargs: Mapping[str, Any]) -> None:
     names = {n for n in names if not n.startswith("_")} - {"self", "policy", "env"}
     for key in kwargs:
         if key not in names:
-            close = difflib.get_close_matches(str(key), sorted(names), n=1, cutoff=0.6)
-            hint = f" Did you mean {close[0]!r}?" if close else ""
             raise ValueError(
-                f"Unknown hyperparameter {key!r} for {algo} ({cls.__name__}).{hint} "
+                f"Unknown hyperparameter {key!r} for {algo} ({cls.__name__}).{did_you_mean(key, sorted(names))} "
                 f"Valid ones: {', '.join(sorted(names))}."
             )
 

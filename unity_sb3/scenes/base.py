@@ -23,7 +23,6 @@ A scene subclass declares its spec and parameters and implements ``_on_episode_b
 
 from __future__ import annotations
 
-import difflib
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
@@ -44,6 +43,7 @@ from mlagents_envs.side_channel.stats_side_channel import StatsAggregationMethod
 
 from unity_sb3.scenes.side_channels import UnitySideChannels
 from unity_sb3.unity.errors import UnityConfigurationError
+from unity_sb3.validation import did_you_mean, unknown_keys
 
 #: Parameters every scene accepts (scene classes give their own defaults in ``PARAMS``).
 COMMON_PARAMS: dict[str, str] = {
@@ -116,13 +116,11 @@ class EmbeddedScene(BaseEnv):
     # ------------------------------------------------------------------ parameters and spec
     @classmethod
     def _validate_params(cls, params: Mapping[str, Any]) -> dict[str, Any]:
-        unknown = sorted(set(params) - set(cls.PARAMS))
+        unknown = unknown_keys(params, cls.PARAMS)
         if unknown:
-            close = difflib.get_close_matches(unknown[0], list(cls.PARAMS), n=1)
-            hint = f" Did you mean {close[0]!r}?" if close else ""
             raise UnityConfigurationError(
                 f"Unknown parameter(s) {', '.join(map(repr, unknown))} for scene {cls.scene_name}; "
-                f"valid parameters: {', '.join(sorted(cls.PARAMS))}.{hint}"
+                f"valid parameters: {', '.join(sorted(cls.PARAMS))}.{did_you_mean(unknown[0], cls.PARAMS)}"
             )
         out = dict(cls.PARAMS)
         for key, value in params.items():

@@ -41,7 +41,7 @@ from mlagents_envs.side_channel.stats_side_channel import (  # isort: skip
     StatsSideChannel,
 )
 from unity_sb3.unity.parameters import INT32_MAX, INT32_MIN, EnvironmentParameters
-from unity_sb3.validation import _is_int, _is_number
+from unity_sb3.validation import is_int, is_number, unknown_keys
 
 logger = logging.getLogger(__name__)
 
@@ -93,18 +93,18 @@ class EngineSettings:
             )
         for name in ("width", "height"):
             value = getattr(self, name)
-            if value is not None and (not _is_int(value) or not 0 < value <= INT32_MAX):
+            if value is not None and (not is_int(value) or not 0 < value <= INT32_MAX):
                 raise UnityConfigurationError(f"EngineSettings.{name} must be a positive int, got {value!r}.")
         for name in ("quality_level", "target_frame_rate", "capture_frame_rate"):
             value = getattr(self, name)
-            if value is not None and (not _is_int(value) or not INT32_MIN <= value <= INT32_MAX):
+            if value is not None and (not is_int(value) or not INT32_MIN <= value <= INT32_MAX):
                 raise UnityConfigurationError(f"EngineSettings.{name} must be an int32, got {value!r}.")
         if self.quality_level is not None and self.quality_level < 0:
             raise UnityConfigurationError(
                 f"EngineSettings.quality_level must be >= 0, got {self.quality_level}."
             )
         if self.time_scale is not None and (
-            not _is_number(self.time_scale) or not math.isfinite(self.time_scale) or self.time_scale <= 0
+            not is_number(self.time_scale) or not math.isfinite(self.time_scale) or self.time_scale <= 0
         ):
             raise UnityConfigurationError(
                 f"EngineSettings.time_scale must be a positive number, got {self.time_scale!r}."
@@ -122,7 +122,7 @@ class EngineSettings:
                 f"engine_settings must be an EngineSettings or a dict, got {type(value).__name__}."
             )
         known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(value) - known)
+        unknown = unknown_keys(value, known)
         if unknown:
             raise UnityConfigurationError(
                 f"Unknown engine setting(s) {unknown}; known ones are {sorted(known)}."

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import difflib
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -13,6 +12,7 @@ from unity_sb3.unity.errors import (
     UnityExecutableError,
     UnityExecutableNotFoundError,
 )
+from unity_sb3.validation import close_matches
 
 __all__: list[str] = []
 
@@ -101,10 +101,9 @@ def resolve_executable(target: str | os.PathLike[str], scene_names: Sequence[str
         detail += "."
         if scene_names:
             detail += f" It is not an embedded scene either ({', '.join(scene_names)})."
-            by_lower = {name.lower(): name for name in scene_names}
-            close = difflib.get_close_matches(path.name.lower(), by_lower, n=1, cutoff=0.6)
+            close = close_matches(path.name, scene_names, ignore_case=True)
             if close:
-                detail += f" Did you mean the scene {by_lower[close[0]]!r}?"
+                detail += f" Did you mean the scene {close[0]!r}?"
         raise UnityExecutableNotFoundError(str(target), detail, _nearby_builds(directory))
     if not os.access(resolved, os.X_OK):
         raise UnityExecutableError(

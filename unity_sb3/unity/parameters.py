@@ -18,7 +18,7 @@ from unity_sb3.unity.errors import UnityConfigurationError
 from mlagents_envs.side_channel.environment_parameters_channel import (  # isort: skip
     EnvironmentParametersChannel,
 )
-from unity_sb3.validation import _float, _is_int, _is_number, _short_repr
+from unity_sb3.validation import finite_float, flag, is_int, is_number, short_repr, unknown_keys
 
 logger = logging.getLogger(__name__)
 
@@ -128,14 +128,14 @@ def parse_sampler(config: Any, where: str = "parameter") -> Sampler:
     """
     if isinstance(config, (ConstantSampler, UniformSampler, GaussianSampler, MultiRangeUniformSampler)):
         return config
-    if _is_number(config):
-        return ConstantSampler(_float(config, where))
+    if is_number(config):
+        return ConstantSampler(finite_float(config, where))
     if not isinstance(config, Mapping):
         raise UnityConfigurationError(
             f"{where}: expected a number or a sampler mapping "
             "{sampler_type: ..., sampler_parameters: {...}}, got " + repr(config)
         )
-    unknown = sorted(set(config) - {"sampler_type", "sampler_parameters"})
+    unknown = unknown_keys(config, ("sampler_type", "sampler_parameters"))
     if unknown:
         raise UnityConfigurationError(
             f"{where}: unknown key(s) {unknown} in a sampler; a sampler has sampler_type and sampler_parameters."
@@ -155,7 +155,7 @@ def parse_sampler(config: Any, where: str = "parameter") -> Sampler:
     params = config["sampler_parameters"]
     if not isinstance(params, Mapping):
         raise UnityConfigurationError(f"{where}: sampler_parameters must be a mapping, got {params!r}.")
-    unknown = sorted(set(params) - set(schema))
+    unknown = unknown_keys(params, schema)
     if unknown:
         raise UnityConfigurationError(
             f"{where}: unknown sampler_parameters {unknown} for sampler_type {sampler_type}; "
@@ -167,9 +167,9 @@ def parse_sampler(config: Any, where: str = "parameter") -> Sampler:
     for key, value in params.items():
         kind = schema[key]
         if kind == "float":
-            kwargs[key] = _float(value, f"{where}.{key}")
+            kwargs[key] = finite_float(value, f"{where}.{key}")
         elif kind == "int":
-            if not _is_int(value) or not INT32_MIN <= value <= INT32_MAX:
+            if not is_int(value) or not INT32_MIN <= value <= INT32_MAX:
                 raise UnityConfigurationError(f"{where}.{key} must be an int32, got {value!r}.")
             kwargs[key] = int(value)
         else:  # intervals
@@ -183,7 +183,7 @@ def parse_sampler(config: Any, where: str = "parameter") -> Sampler:
                     raise UnityConfigurationError(
                         f"{where}.intervals: {interval!r} is not a [min, max] pair."
                     )
-                intervals.append(tuple(_float(v, f"{where}.intervals") for v in interval))
+                intervals.append(tuple(finite_float(v, f"{where}.intervals") for v in interval))
             kwargs[key] = tuple(intervals)
     return cls(**kwargs)
 
@@ -278,7 +278,7 @@ _CRITERIA_KEYS = {f.name for f in dataclasses.fields(CompletionCriteria)}
 def _parse_criteria(config: Any, where: str) -> CompletionCriteria:
     if not isinstance(config, Mapping):
         raise UnityConfigurationError(f"{where}: completion_criteria must be a mapping, got {config!r}.")
-    unknown = sorted(set(config) - _CRITERIA_KEYS)
+    unknown = unknown_keys(config, _CRITERIA_KEYS)
     if unknown:
         raise UnityConfigurationError(
             f"{where}: unknown completion_criteria key(s) {unknown}; known ones are {sorted(_CRITERIA_KEYS)}."
@@ -291,15 +291,15 @@ def _parse_criteria(config: Any, where: str) -> CompletionCriteria:
     kwargs["behavior"] = str(config["behavior"])
     kwargs["measure"] = str(config.get("measure", "reward")).lower()
     if "threshold" in kwargs:
-        kwargs["threshold"] = _float(kwargs["threshold"], f"{where}.completion_criteria.threshold")
+        kwargs["threshold"] = finite_float(kwargs["threshold"], f"{where}.completion_criteria.threshold")
     if "min_lesson_length" in kwargs:
         value = kwargs["min_lesson_length"]
-        if not _is_int(value):
+        if not is_int(value):
             raise UnityConfigurationError(f"{where}: min_lesson_length must be an int, got {value!r}.")
         kwargs["min_lesson_length"] = int(value)
     for key in ("signal_smoothing", "require_reset"):
-        if key in kwargs and not isinstance(kwargs[key], bool):
-            raise UnityConfigurationError(f"{where}: {key} must be true or false, got {kwargs[key]!r}.")
+        if key in kwargs:
+            flag(kwargs[key], f"{where}: {key}")
     try:
         return CompletionCriteria(**kwargs)
     except UnityConfigurationError as error:
@@ -317,7 +317,7 @@ def _parse_parameter(name: str, config: Any) -> EnvironmentParameter:
         return config
     if not (isinstance(config, Mapping) and "curriculum" in config):
         return EnvironmentParameter(name, (Lesson(name, parse_sampler(config, name)),))
-    unknown = sorted(set(config) - {"curriculum"})
+    unknown = unknown_keys(config, ("curriculum",))
     if unknown:
         raise UnityConfigurationError(f"{name}: unknown key(s) {unknown} next to 'curriculum'.")
     lessons_config = config["curriculum"]
@@ -334,7 +334,7 @@ def _parse_parameter(name: str, config: Any) -> EnvironmentParameter:
             raise UnityConfigurationError(
                 f"{where}: a lesson is a mapping with name, value, completion_criteria."
             )
-        unknown = sorted(set(lesson) - {"name", "value", "completion_criteria"})
+        unknown = unknown_keys(lesson, ("name", "value", "completion_criteria"))
         if unknown:
             raise UnityConfigurationError(
                 f"{where}: unknown key(s) {unknown}; a lesson has name, value and completion_criteria."
@@ -510,21 +510,21 @@ class EnvironmentParameters:
         if not isinstance(state, Mapping) or not isinstance(state.get("lesson_numbers"), Mapping):
             raise UnityConfigurationError(
                 "a curriculum state is a mapping with 'lesson_numbers' (parameter name -> lesson), as "
-                f"EnvironmentParameters.state_dict() returns; got {_short_repr(state)}."
+                f"EnvironmentParameters.state_dict() returns; got {short_repr(state)}."
             )
         for key in ("lesson_names", "smoothed_values"):
             if not isinstance(state.get(key) or {}, Mapping):
                 raise UnityConfigurationError(
                     f"curriculum state: {key} must be a mapping of parameter name -> value, "
-                    f"got {_short_repr(state[key])}."
+                    f"got {short_repr(state[key])}."
                 )
         for name, number in state["lesson_numbers"].items():
-            if not _is_int(number) or number < 0:
+            if not is_int(number) or number < 0:
                 raise UnityConfigurationError(
                     f"curriculum state: the lesson number of {name!r} must be an int >= 0, got {number!r}."
                 )
         for name, value in (state.get("smoothed_values") or {}).items():
-            _float(value, f"curriculum state: the smoothed value of {name!r}")
+            finite_float(value, f"curriculum state: the smoothed value of {name!r}")
 
     def load_state_dict(self, state: Mapping[str, Any], strict: bool = True) -> None:
         """Continue the curricula from a :meth:`state_dict` (it does not send anything to Unity).

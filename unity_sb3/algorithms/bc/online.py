@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 import torch as th
 
+from unity_sb3 import validation
 from unity_sb3.algorithms.bc.adapters import LOSS_KINDS, make_adapter, reached_parameters
 from unity_sb3.algorithms.bc.data import BCData, bc_data
 from unity_sb3.algorithms.bc.pretrain import Sampler, _weighted_mean
@@ -78,10 +79,9 @@ def parse_bc_settings(config: Mapping[str, Any], algorithm: Any) -> dict[str, An
         raise RewardSignalConfigError(
             f"{where}.demo_path must be a path or a list of paths, got {s['demo_path']!r}."
         )
-    strength = s["strength"]
-    if isinstance(strength, bool) or not isinstance(strength, (int, float)) or strength < 0:
-        raise RewardSignalConfigError(f"{where}.strength must be a number >= 0, got {strength!r}.")
-    s["strength"] = float(strength)
+    s["strength"] = validation.number(
+        s["strength"], f"{where}.strength", low=0, error=RewardSignalConfigError
+    )
     is_sac = hasattr(algorithm, "actor") and not hasattr(algorithm, "n_epochs")
     defaults = {
         "batch_size": int(getattr(algorithm, "batch_size", 64) or 64),
@@ -90,11 +90,10 @@ def parse_bc_settings(config: Mapping[str, Any], algorithm: Any) -> dict[str, An
     defaults["samples_per_update"] = defaults["batch_size"] if is_sac else 0
     for key, low in (("steps", 0), ("batch_size", 1), ("num_epoch", 1), ("samples_per_update", 0)):
         value = s[key] if s[key] is not None else defaults[key]
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+        if not validation.is_int(value) or value < low:
             raise RewardSignalConfigError(f"{where}.{key} must be an integer >= {low}, got {value!r}.")
         s[key] = int(value)
-    if s["loss"] not in LOSS_KINDS:
-        raise RewardSignalConfigError(f"{where}.loss must be one of {LOSS_KINDS}, got {s['loss']!r}.")
+    validation.choice(s["loss"], LOSS_KINDS, f"{where}.loss", RewardSignalConfigError)
     return s
 
 

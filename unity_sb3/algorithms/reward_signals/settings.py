@@ -6,6 +6,7 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
+from unity_sb3 import validation
 from unity_sb3.validation import did_you_mean
 
 SIGNAL_NAMES = ("extrinsic", "curiosity", "rnd", "gail")
@@ -57,21 +58,11 @@ def check_keys(config: Mapping[str, Any], allowed: list[str] | tuple[str, ...], 
     :param allowed: the valid keys.
     :param where: what the mapping configures, for the message (e.g. ``"reward_signals['gail']"``).
     """
-    for key in config:
-        if key not in allowed:
-            raise RewardSignalConfigError(
-                f"Unknown key {key!r} in {where}.{did_you_mean(key, allowed)} "
-                f"Valid keys: {', '.join(sorted(allowed))}."
-            )
+    validation.check_keys(config, allowed, where, RewardSignalConfigError)
 
 
 def _number(value: Any, name: str, where: str, low: float | None = None, high: float | None = None) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise RewardSignalConfigError(f"{where}: {name} must be a number, got {value!r}.")
-    value = float(value)
-    if (low is not None and value < low) or (high is not None and value > high):
-        raise RewardSignalConfigError(f"{where}: {name}={value} is outside [{low}, {high}].")
-    return value
+    return validation.number(value, f"{where}: {name}", low=low, high=high, error=RewardSignalConfigError)
 
 
 def parse_network_settings(config: Mapping[str, Any] | None, where: str, encoding_size: int | None) -> dict:
@@ -92,11 +83,12 @@ def parse_network_settings(config: Mapping[str, Any] | None, where: str, encodin
     settings.update(config)
     settings["hidden_units"] = int(_number(settings["hidden_units"], "hidden_units", where, 1))
     settings["num_layers"] = int(_number(settings["num_layers"], "num_layers", where, 0))
-    if settings["vis_encode_type"] not in VIS_ENCODE_TYPES:
-        raise RewardSignalConfigError(
-            f"{where}.network_settings: unknown vis_encode_type {settings['vis_encode_type']!r}."
-            f"{did_you_mean(settings['vis_encode_type'], VIS_ENCODE_TYPES)} Valid: {', '.join(VIS_ENCODE_TYPES)}."
-        )
+    validation.choice(
+        settings["vis_encode_type"],
+        VIS_ENCODE_TYPES,
+        f"{where}.network_settings.vis_encode_type",
+        RewardSignalConfigError,
+    )
     if settings["memory"] is not None:
         warnings.warn(
             f"{where}.network_settings.memory is ignored: reward-signal networks have no memory "

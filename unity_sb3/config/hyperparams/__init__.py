@@ -6,11 +6,12 @@ the same files serve ``unity-sb3 train`` and ``python -m unity_sb3.zoo``.
 
 from __future__ import annotations
 
-import difflib
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from unity_sb3.validation import did_you_mean
 
 HYPERPARAMS_DIR = Path(__file__).resolve().parent
 
@@ -59,9 +60,9 @@ def load_hyperparams(
         if key in data:
             params.update(data[key])
         elif any("/" in k or k.endswith("-v0") for k in data):
-            close = difflib.get_close_matches(key, list(data), n=1)
-            hint = f" Did you mean {close[0]!r}?" if close else ""
-            raise KeyError(f"{config} has no entry for {key!r}.{hint} Entries: {', '.join(data)}")
+            raise KeyError(
+                f"{config} has no entry for {key!r}.{did_you_mean(key, data)} Entries: {', '.join(data)}"
+            )
         else:
             params.update(data)
     return params
