@@ -14,7 +14,8 @@ from stable_baselines3.common.env_checker import check_env as sb3_check_env
 from unity_sb3.scenes import list_scenes
 from unity_sb3.scenes.scripted import DEFAULT_BEHAVIOR, ScriptedAgent, ScriptedBehavior, ScriptedEnv
 from unity_sb3.unity.errors import UnityConfigurationError
-from unity_sb3.wrappers.gym_env import UnityGymEnv, image_to_rgb, split_behavior_name
+from unity_sb3.wrappers.behavior import split_behavior_name
+from unity_sb3.wrappers.gym_env import UnityGymEnv, image_to_rgb
 
 
 def scripted(*agents: ScriptedAgent, **behavior_kw) -> ScriptedEnv:

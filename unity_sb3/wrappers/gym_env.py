@@ -29,7 +29,6 @@ Episode semantics (how Unity's auto-reset meets gymnasium's ``reset``):
 
 from __future__ import annotations
 
-import difflib
 import warnings
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
@@ -42,6 +41,7 @@ import unity_sb3.unity  # noqa: F401  (protobuf compat before mlagents_envs)
 from unity_sb3.spaces import BehaviorSpaces, HybridMode, VisualMode, is_visual
 from unity_sb3.unity.errors import UnityConfigurationError
 from unity_sb3.wrappers._steps import StepReader
+from unity_sb3.wrappers.behavior import choose_behavior
 
 OtherAgents = Literal["zeros", "random"] | Callable[[str, DecisionSteps], ActionTuple]
 
@@ -103,43 +103,6 @@ def single_agent_variant(
         return kwargs, 0
     kwargs["num_agents"] = 1
     return kwargs, None
-
-
-def split_behavior_name(name: str) -> tuple[str, int]:
-    """``"3DBall?team=1"`` -> ``("3DBall", 1)``; a name without a team gives team 0."""
-    base, _, query = name.partition("?")
-    team = 0
-    for part in query.split("&"):
-        key, _, value = part.partition("=")
-        if key == "team" and value.lstrip("-").isdigit():
-            team = int(value)
-    return base, team
-
-
-def resolve_behavior(env: BaseEnv, behavior_name: str | None) -> str:
-    """The behavior to use: ``behavior_name`` (full name, or the name without ``?team=``), or
-    the only behavior of the scene when ``None``."""
-    names = list(env.behavior_specs.keys())
-    if not names:
-        raise UnityConfigurationError(
-            "the Unity scene declares no behaviors; check that it has an Agent with a BehaviorParameters component"
-        )
-    if behavior_name is None:
-        if len(names) == 1:
-            return names[0]
-        raise UnityConfigurationError(
-            f"the scene has {len(names)} behaviors {names}; pass behavior_name= to choose one "
-            "(or use UnityParallelEnv for several behaviors at once)"
-        )
-    if behavior_name in names:
-        return behavior_name
-    matches = [n for n in names if split_behavior_name(n)[0] == behavior_name]
-    if len(matches) == 1:
-        return matches[0]
-    lowered = {n.lower(): n for n in names}  # case-insensitive: "3dball" -> "3DBall?team=0"
-    close = [lowered[c] for c in difflib.get_close_matches(behavior_name.lower(), lowered, n=1, cutoff=0.5)]
-    hint = f"; did you mean {close[0]!r}?" if close else ""
-    raise UnityConfigurationError(f"unknown behavior {behavior_name!r}; the scene has {names}{hint}")
 
 
 def subset_decision_steps(steps: DecisionSteps, rows: np.ndarray) -> DecisionSteps:
@@ -275,7 +238,11 @@ class UnityGymEnv(gym.Env):
         self._close_env = close_env or opened
         self._closed = False
         try:
-            self.behavior_name = resolve_behavior(self._env, behavior_name)
+            self.behavior_name = choose_behavior(
+                self._env.behavior_specs,
+                behavior_name,
+                "to follow (or use UnityParallelEnv for several behaviors at once)",
+            )
             self._readers = {b: StepReader(b, spec) for b, spec in self._env.behavior_specs.items()}
             self._behaviors = list(self._readers)
             self._spec: BehaviorSpec = self._env.behavior_specs[self.behavior_name]

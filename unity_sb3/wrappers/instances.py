@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import difflib
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -203,34 +202,6 @@ class InstancesMixin:
             return [_call(c, collect_errors) for c in calls]
         futures = [self._pool.submit(fn, item) for item in items]
         return [_call(f.result, collect_errors) for f in futures]
-
-    def _choose_behavior(self, behavior_name: str | None) -> str:
-        names = list(self._instances[0].env.behavior_specs)
-        if behavior_name is None:
-            if len(names) == 1:
-                return names[0]
-            if not names:
-                raise UnityConfigurationError(
-                    "the Unity environment has no behaviors; is an agent with a BehaviorParameters "
-                    "component in the scene?"
-                )
-            raise UnityConfigurationError(
-                f"the scene has several behaviors {names}; pass behavior_name= to pick the one whose agents "
-                "become the slots (the others are answered by other_behaviors, zeros by default)"
-            )
-        if behavior_name not in names:
-            same = [n for n in names if n.split("?", 1)[0] == behavior_name]  # "3DBall" for "3DBall?team=0"
-            if len(same) == 1:
-                return same[0]
-            lowered = {n.lower(): n for n in names}  # case-insensitive: "3dball" -> "3DBall?team=0"
-            close = [
-                lowered[c] for c in difflib.get_close_matches(behavior_name.lower(), lowered, n=1, cutoff=0.5)
-            ]
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise UnityConfigurationError(
-                f"behavior {behavior_name!r} not found; the scene has {names}{hint}"
-            )
-        return behavior_name
 
     def _reset_and_count(self, num_slots: int | Sequence[int] | None) -> tuple[list[int], bool]:
         """Slots per instance; resets the instances when it has to count their agents."""

@@ -63,15 +63,14 @@ import unity_sb3.unity  # noqa: F401  (protobuf compat before mlagents_envs)
 from unity_sb3.spaces import BehaviorSpaces, HybridMode, VisualMode
 from unity_sb3.unity.errors import UnityConfigurationError
 from unity_sb3.wrappers._steps import StepReader
+from unity_sb3.wrappers.behavior import choose_behavior, split_behavior_name
 from unity_sb3.wrappers.gym_env import (
     DEFAULT_MAX_WAIT_STEPS,
     _batch_of_one,
     first_visual_key,
     image_to_rgb,
     open_base_env,
-    resolve_behavior,
     row_of,
-    split_behavior_name,
 )
 
 OBSERVATION_KEY = "observation"
@@ -172,7 +171,7 @@ class UnityParallelEnv(ParallelEnv):
             chosen = all_names
         else:
             requested = [behavior_names] if isinstance(behavior_names, str) else list(behavior_names)
-            chosen = [resolve_behavior(self._env, n) for n in requested]
+            chosen = [choose_behavior(all_names, n, "to expose") for n in requested]
             if len(set(chosen)) != len(chosen):
                 raise UnityConfigurationError(f"behavior_names lists a behavior twice: {requested}")
         if not chosen:

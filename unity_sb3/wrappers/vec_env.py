@@ -50,10 +50,11 @@ from unity_sb3.spaces import BehaviorSpaces, HybridMode, VisualMode, is_visual
 from unity_sb3.unity import compat as _compat  # noqa: F401  (before mlagents_envs)
 from unity_sb3.unity.errors import UnityConfigurationError
 from unity_sb3.wrappers._steps import StepReader
+from unity_sb3.wrappers.behavior import choose_behavior
 
 from mlagents_envs.base_env import ActionTuple, BaseEnv, DecisionSteps  # isort: skip
 from unity_sb3.wrappers.instances import EnvSource, InstancesMixin, _Instance, _slice_actions
-from unity_sb3.wrappers.restarts import RestartMixin
+from unity_sb3.wrappers.restarts import RestartMixin, RestartPolicy
 
 OtherBehaviors = Callable[[str, DecisionSteps], ActionTuple | None]
 
@@ -145,17 +146,10 @@ class UnityVecEnv(RestartMixin, InstancesMixin, VecEnv):
             raise ValueError(f"max_idle_steps must be >= 1, got {max_idle_steps}")
         self.open_kwargs = dict(open_kwargs or {})
         self.restart_on_crash = restart_on_crash
-        for name, value in (("max_restarts", max_restarts), ("restarts_rate_limit_n", restarts_rate_limit_n)):
-            if int(value) < -1:
-                raise UnityConfigurationError(f"{name} must be >= 0, or -1 for no limit; got {value}")
-        if restarts_rate_limit_period_s <= 0:
-            raise UnityConfigurationError(
-                f"restarts_rate_limit_period_s must be a positive number of seconds, got {restarts_rate_limit_period_s}"
-            )
-        self.max_restarts = int(max_restarts)
+        self.restart_policy = RestartPolicy(
+            max_restarts, restarts_rate_limit_n, restarts_rate_limit_period_s
+        ).check(convert=True)
         self.restart_backoff = float(restart_backoff)
-        self.restarts_rate_limit_n = int(restarts_rate_limit_n)
-        self.restarts_rate_limit_period_s = float(restarts_rate_limit_period_s)
         self.other_behaviors = other_behaviors
         self.add_group_reward = add_group_reward
         self.max_idle_steps = int(max_idle_steps)
@@ -167,7 +161,11 @@ class UnityVecEnv(RestartMixin, InstancesMixin, VecEnv):
         self._instances: list[_Instance] = []
         try:
             self._open_all(sources)
-            self.behavior_name = self._choose_behavior(behavior_name)
+            self.behavior_name = choose_behavior(
+                self._instances[0].env.behavior_specs,
+                behavior_name,
+                "whose agents become the slots (the others are answered by other_behaviors, zeros by default)",
+            )
             spec = self._instances[0].env.behavior_specs[self.behavior_name]
             for inst in self._instances[1:]:
                 other = inst.env.behavior_specs.get(self.behavior_name)
