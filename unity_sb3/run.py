@@ -40,6 +40,8 @@ from unity_sb3.callbacks.curriculum import (
     save_curriculum_state,
 )
 from unity_sb3.config.hyperparams import load_hyperparams
+from unity_sb3.validation import flag
+from unity_sb3.wrappers.restarts import RESTART_SETTINGS, RestartPolicy
 
 MODEL_FILE = "model.zip"
 CONFIG_FILE = "config.yaml"
@@ -53,7 +55,6 @@ class ResumeError(FileNotFoundError):
 
 # run settings a hyperparameter file (an ML-Agents YAML's env_settings, or a flat/RL Zoo file) may
 # give beside the algorithm's arguments; the command line overrides them
-RESTART_SETTINGS = ("max_restarts", "restarts_rate_limit_n", "restarts_rate_limit_period_s")
 #: checkpoint and summary cadence: ML-Agents' checkpoint_interval, keep_checkpoints, summary_freq
 CADENCE_SETTINGS = ("checkpoint_every", "keep_checkpoints", "summary_freq")
 RUN_SETTINGS = ("restart_on_crash", *RESTART_SETTINGS, "save_replay_buffer", *CADENCE_SETTINGS)
@@ -87,9 +88,9 @@ class RunConfig:
     hyperparams: dict[str, Any] = field(default_factory=dict)
     open_kwargs: dict[str, Any] = field(default_factory=dict)
     restart_on_crash: bool = False
-    max_restarts: int = 10
-    restarts_rate_limit_n: int = 1
-    restarts_rate_limit_period_s: float = 60.0
+    max_restarts: int = RestartPolicy.max_restarts
+    restarts_rate_limit_n: int = RestartPolicy.rate_limit_n
+    restarts_rate_limit_period_s: float = RestartPolicy.rate_limit_period_s
     save_replay_buffer: bool = False
     checkpoint_every: int = 50_000
     keep_checkpoints: int = 5
@@ -490,9 +491,9 @@ def _run_settings(
 def check_run_setting(key: str, value: Any, where: str) -> Any:
     """``value`` of a run setting (``RUN_SETTINGS``), converted, or a ``ValueError`` naming ``where``."""
     if key in ("restart_on_crash", "save_replay_buffer"):
-        if not isinstance(value, bool):
-            raise ValueError(f"{where} must be true or false, got {value!r}")
-        return value
+        return flag(value, where, ValueError)
+    if key in RESTART_SETTINGS:
+        return RestartPolicy.check_setting(key, value, where, ValueError)
     if key in ("checkpoint_every", "summary_freq"):
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise ValueError(f"{where} must be a whole number of agent steps > 0, got {value!r}")
@@ -501,13 +502,7 @@ def check_run_setting(key: str, value: Any, where: str) -> Any:
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ValueError(f"{where} must be a whole number >= 0 (0 keeps every checkpoint), got {value!r}")
         return value
-    if key == "restarts_rate_limit_period_s":
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
-            raise ValueError(f"{where} must be a positive number of seconds, got {value!r}")
-        return float(value)
-    if isinstance(value, bool) or not isinstance(value, int) or value < -1:
-        raise ValueError(f"{where} must be a whole number >= 0, or -1 for no limit; got {value!r}")
-    return value
+    raise ValueError(f"{key!r} is not a run setting ({', '.join(RUN_SETTINGS)}).")
 
 
 def _default_env_and_algo(args: argparse.Namespace) -> None:

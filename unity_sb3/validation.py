@@ -29,6 +29,7 @@ __all__ = [
     "is_int",
     "is_number",
     "number",
+    "number_from_text",
     "short_repr",
     "unknown_keys",
 ]
@@ -117,6 +118,17 @@ def check_keys(
             )
 
 
+def number_from_text(value: Any) -> Any:
+    """``value`` as a float when it is a string that spells one, else ``value`` unchanged.
+
+    YAML 1.1 (PyYAML) reads ``3.0e-4`` as a float but ``3e-4`` and ``6e1`` as strings.
+    """
+    if isinstance(value, str):
+        with contextlib.suppress(ValueError):
+            return float(value)
+    return value
+
+
 def number(
     value: Any,
     where: str,
@@ -137,9 +149,8 @@ def number(
         ``3e-4`` as a string).
     :param error: the exception class to raise.
     """
-    if text and isinstance(value, str):
-        with contextlib.suppress(ValueError):
-            value = float(value)
+    if text:
+        value = number_from_text(value)
     if not is_number(value) or not math.isfinite(value):
         raise error(f"{where} must be a number, got {value!r}.")
     if high is not None and ((low is not None and value < low) or value > high):

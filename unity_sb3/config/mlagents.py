@@ -61,7 +61,6 @@ from unity_sb3.config.mlagents_schema import (
     _choice,
     _deep_update,
     _Mapper,
-    _number,
     _short,
 )
 from unity_sb3.config.mlagents_trainer import (
@@ -72,6 +71,8 @@ from unity_sb3.config.mlagents_trainer import (
     _map_sac,
     _map_trainer_misc,
 )
+from unity_sb3.validation import number_from_text
+from unity_sb3.wrappers.restarts import RestartPolicy
 
 __all__ = [
     "convert_mlagents_config",
@@ -271,15 +272,10 @@ def _map_top_level(m: _Mapper, data: Mapping[str, Any]) -> None:
 
 def _restart_setting(key: str, value: Any) -> int | float:
     """Check one ``env_settings`` restart value (ML-Agents' meaning) and return it."""
-    where = f"env_settings.{key}"
-    if key == "restarts_rate_limit_period_s":
-        seconds = _number(value, where)
-        if seconds <= 0:
-            raise MLAgentsConfigError(f"{where} must be a positive number of seconds, got {value!r}.")
-        return seconds
-    if isinstance(value, bool) or not isinstance(value, int) or value < -1:
-        raise MLAgentsConfigError(f"{where} must be a whole number >= 0, or -1 for no limit; got {value!r}.")
-    return value
+    name = RESTART_KEYS[key]
+    if name == "restarts_rate_limit_period_s":
+        value = number_from_text(value)
+    return RestartPolicy.check_setting(name, value, f"env_settings.{key}", MLAgentsConfigError)
 
 
 def _normalize_lessons(params: Any) -> Any:
