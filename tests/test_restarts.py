@@ -1,7 +1,6 @@
 """RestartPolicy: the one check of the restart settings and the rate limit (unity_sb3.wrappers.restarts).
 
-Crashing instances restarted by UnityVecEnv under this policy: tests/test_crash_restarts.py
-(tests/test_reliability.py until that split lands).
+Crashing instances restarted by UnityVecEnv under this policy: tests/test_crash_restarts.py.
 """
 
 from __future__ import annotations
