@@ -38,6 +38,7 @@ import numpy as np
 from mlagents_envs.base_env import ActionTuple, BaseEnv, BehaviorSpec, DecisionSteps, TerminalSteps
 
 import unity_sb3.unity  # noqa: F401  (protobuf compat before mlagents_envs)
+from unity_sb3.slots import GROUP_ID, GROUP_REWARD
 from unity_sb3.spaces import BehaviorSpaces, HybridMode, VisualMode, is_visual
 from unity_sb3.unity.errors import UnityConfigurationError
 from unity_sb3.wrappers._steps import StepReader
@@ -427,7 +428,7 @@ class UnityGymEnv(gym.Env):
                 stacklevel=2,
             )
             self._hard_reset()
-        return self._obs, {"group_id": self._group_id, "group_reward": 0.0}
+        return self._obs, {GROUP_ID: self._group_id, GROUP_REWARD: 0.0}
 
     def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
         """Act, then advance Unity until the agent asks again or its episode ends.
@@ -479,8 +480,8 @@ class UnityGymEnv(gym.Env):
 
     def _info(self, group_reward: float, unity_steps: int) -> dict[str, Any]:
         return {
-            "group_id": self._group_id,
-            "group_reward": group_reward,
+            GROUP_ID: self._group_id,
+            GROUP_REWARD: group_reward,
             "unity_steps": unity_steps,
         }
 

@@ -23,6 +23,8 @@ import numpy as np
 from gymnasium import spaces
 from stable_baselines3.common.vec_env.base_vec_env import VecEnv, VecEnvIndices, VecEnvStepReturn
 
+from unity_sb3.slots import ACTIVE, GROUP_ID, GROUP_REWARD, TERMINAL_OBSERVATION
+
 
 def _is_masked_dict(space: spaces.Space) -> bool:
     return isinstance(space, spaces.Dict) and set(space.spaces) == {"observation", "action_mask"}
@@ -105,8 +107,8 @@ class PettingZooVecEnv(VecEnv):
     def _info(self, slot: int) -> dict[str, Any]:
         agent = self._slot_agent[slot]
         if agent is None:
-            return {"active": False, "group_id": 0, "group_reward": 0.0, "agent": None}
-        return {"active": True, "group_id": self._group(agent), "group_reward": 0.0, "agent": agent}
+            return {ACTIVE: False, GROUP_ID: 0, GROUP_REWARD: 0.0, "agent": None}
+        return {ACTIVE: True, GROUP_ID: self._group(agent), GROUP_REWARD: 0.0, "agent": agent}
 
     def _group(self, agent: str) -> int:
         if self.group_fn is not None:
@@ -115,8 +117,8 @@ class PettingZooVecEnv(VecEnv):
 
     def _note_groups(self, env_infos: dict[str, Any]) -> None:
         for agent, info in env_infos.items():
-            if isinstance(info, dict) and "group_id" in info:
-                self._env_groups[agent] = int(info["group_id"])
+            if isinstance(info, dict) and GROUP_ID in info:
+                self._env_groups[agent] = int(info[GROUP_ID])
 
     def _assign(self, observations: dict[str, Any]) -> None:
         """Give every live agent without a slot a free one and store its observation."""
@@ -182,13 +184,13 @@ class PettingZooVecEnv(VecEnv):
             terminated = bool(terminations.get(agent, False))
             truncated = bool(truncations.get(agent, False))
             info = {**env_infos.get(agent, {}), **self._info(slot)}
-            info["group_reward"] = float(env_infos.get(agent, {}).get("group_reward", 0.0))
+            info[GROUP_REWARD] = float(env_infos.get(agent, {}).get(GROUP_REWARD, 0.0))
             if terminated or truncated or agent not in observations:
                 dones[slot] = True
                 info["TimeLimit.truncated"] = truncated and not terminated
                 if agent in observations:
                     raw = observations[agent]
-                    info["terminal_observation"] = raw["observation"] if self._masked else raw
+                    info[TERMINAL_OBSERVATION] = raw["observation"] if self._masked else raw
                 self._clear_slot(slot)
             else:
                 self._write_obs(slot, observations[agent])
@@ -200,7 +202,7 @@ class PettingZooVecEnv(VecEnv):
             self._assign(live)
         for slot in range(n):
             # active / group_id / agent describe the agent behind the returned observation
-            infos[slot].update({k: v for k, v in self._info(slot).items() if k != "group_reward"})
+            infos[slot].update({k: v for k, v in self._info(slot).items() if k != GROUP_REWARD})
         return self._copy_obs(), step_rewards, dones, infos
 
     def action_masks(self) -> np.ndarray:

@@ -46,6 +46,7 @@ from stable_baselines3.common.vec_env.base_vec_env import (
     tile_images,
 )
 
+from unity_sb3.slots import ACTIVE, GROUP_ID, GROUP_REWARD, TERMINAL_OBSERVATION
 from unity_sb3.spaces import BehaviorSpaces, HybridMode, VisualMode, is_visual
 from unity_sb3.unity import compat as _compat  # noqa: F401  (before mlagents_envs)
 from unity_sb3.unity.errors import UnityConfigurationError
@@ -85,6 +86,15 @@ class _SlotView:
     @property
     def active(self) -> bool:
         return bool(self._venv.active_mask[self._index])
+
+    @property
+    def warn_inactive(self) -> bool:
+        """The env's, so that ``has_attr`` / ``set_attr`` reach it (see :mod:`unity_sb3.slots`)."""
+        return self._venv.warn_inactive
+
+    @warn_inactive.setter
+    def warn_inactive(self, value: bool) -> None:
+        self._venv.warn_inactive = bool(value)
 
 
 class UnityVecEnv(RestartMixin, InstancesMixin, VecEnv):
@@ -153,7 +163,7 @@ class UnityVecEnv(RestartMixin, InstancesMixin, VecEnv):
         self.other_behaviors = other_behaviors
         self.add_group_reward = add_group_reward
         self.max_idle_steps = int(max_idle_steps)
-        #: set to False by algorithms that skip inactive steps themselves
+        #: set to False by algorithms that skip inactive steps themselves (unity_sb3.slots.mark_inactive_aware)
         self.warn_inactive = True
         self.closed = True  # until construction succeeds (``__del__`` must not close the caller's envs)
         self._warned_inactive = False
@@ -289,7 +299,7 @@ class UnityVecEnv(RestartMixin, InstancesMixin, VecEnv):
             for inst, r in zip(instances, results):
                 for local, obs in r.terminal_obs.items():
                     info = infos[inst.start + local]
-                    info["terminal_observation"] = obs
+                    info[TERMINAL_OBSERVATION] = obs
                     info["TimeLimit.truncated"] = bool(r.truncated[local])
                     if r.restarted:
                         info["restarted"] = True
@@ -312,7 +322,7 @@ class UnityVecEnv(RestartMixin, InstancesMixin, VecEnv):
         if steady and cache is not None and np.array_equal(group_id, self._info_groups):
             return list(map(dict.copy, cache))
         infos: list[dict[str, Any]] = [
-            {"active": a, "group_id": g, "group_reward": gr}
+            {ACTIVE: a, GROUP_ID: g, GROUP_REWARD: gr}
             for a, g, gr in zip(active.tolist(), group_id.tolist(), group_reward.tolist())
         ]
         if steady:
@@ -370,9 +380,9 @@ class UnityVecEnv(RestartMixin, InstancesMixin, VecEnv):
     def _slot_info(self, index: int) -> dict[str, Any]:
         inst = self._instance_of(index)
         return {
-            "active": bool(self._active[index]),
-            "group_id": int(inst.group_id[index - inst.start]),
-            "group_reward": 0.0,
+            ACTIVE: bool(self._active[index]),
+            GROUP_ID: int(inst.group_id[index - inst.start]),
+            GROUP_REWARD: 0.0,
         }
 
     # ------------------------------------------------------------------ VecEnv plumbing
@@ -387,7 +397,7 @@ class UnityVecEnv(RestartMixin, InstancesMixin, VecEnv):
 
     def get_attr(self, attr_name: str, indices: VecEnvIndices = None) -> list[Any]:
         """Per slot: the slot's own attribute (``action_masks``, ``agent_id``, ``worker_id``,
-        ``active``, ``render_mode``), else the attribute of the slot's Unity env (e.g.
+        ``active``, ``render_mode``, ``warn_inactive``), else the attribute of the slot's Unity env (e.g.
         ``unity_sb3_channels``)."""
         values = []
         for i in self._get_indices(indices):

@@ -46,7 +46,14 @@ from torch.nn import functional as F
 
 from unity_sb3.algorithms.poca.buffers import POCARolloutBuffer
 from unity_sb3.algorithms.poca.policies import CnnPolicy, MlpPolicy, MultiInputPolicy, POCAPolicy
-from unity_sb3.slots import mark_inactive_aware, reset_infos_of
+from unity_sb3.slots import (
+    TERMINAL_OBSERVATION,
+    active_mask,
+    group_ids,
+    group_rewards,
+    mark_inactive_aware,
+    reset_infos_of,
+)
 
 SelfPOCA = TypeVar("SelfPOCA", bound="POCA")
 
@@ -235,12 +242,11 @@ class POCA(OnPolicyAlgorithm):
 
     # ------------------------------------------------------------ collection
 
-    def _group_key(self, slot: int, info: dict[str, Any]) -> int:
-        group_id = info.get("group_id", 0)
-        if group_id is None or int(group_id) == 0:
+    def _group_key(self, slot: int, group_id: int, info: dict[str, Any]) -> int:
+        if group_id == 0:
             return -(slot + 1)  # a group of one, never shared with another slot
         instance = info.get("instance", self._slot_instances[slot] if slot < len(self._slot_instances) else 0)
-        key = (instance, int(group_id))
+        key = (instance, group_id)
         code = self._group_codes.get(key)
         if code is None:
             code = self._group_codes[key] = self._next_group_code
@@ -263,9 +269,9 @@ class POCA(OnPolicyAlgorithm):
     def _slot_state(self, infos: list[dict[str, Any]] | None, n_envs: int) -> tuple[np.ndarray, np.ndarray]:
         """(active, group keys) of the slots' current observations, from the infos that came with them."""
         infos = infos if infos is not None else [{} for _ in range(n_envs)]
-        active = np.array([bool(info.get("active", True)) for info in infos], dtype=bool)
-        keys = np.array([self._group_key(i, info) for i, info in enumerate(infos)], dtype=np.int64)
-        return active, keys
+        ids = group_ids(infos).tolist()
+        keys = np.array([self._group_key(i, ids[i], info) for i, info in enumerate(infos)], dtype=np.int64)
+        return active_mask(infos), keys
 
     @staticmethod
     def _check_reward_path(env: VecEnv) -> None:
@@ -362,23 +368,21 @@ class POCA(OnPolicyAlgorithm):
             n_steps += 1
 
             rewards = np.asarray(rewards, dtype=np.float32)
-            group_rewards = np.array(
-                [float(info.get("group_reward", 0.0)) for info in infos], dtype=np.float32
-            )
+            step_group_rewards = group_rewards(infos)
             if env_adds_group_reward:  # the env put it into every reward: keep the individual part
-                rewards = rewards - group_rewards
+                rewards = rewards - step_group_rewards
             truncated = np.array([bool(info.get("TimeLimit.truncated", False)) for info in infos], dtype=bool)
             terminal = {
-                i: infos[i]["terminal_observation"]
+                i: infos[i][TERMINAL_OBSERVATION]
                 for i in np.flatnonzero(dones)
-                if infos[i].get("terminal_observation") is not None
+                if infos[i].get(TERMINAL_OBSERVATION) is not None
             }
             rollout_buffer.add_step(
                 self._last_obs,  # type: ignore[arg-type]
                 actions,
                 log_probs.cpu().numpy(),
                 rewards,
-                group_rewards,
+                step_group_rewards,
                 np.asarray(dones, dtype=bool),
                 truncated,
                 active,

@@ -26,7 +26,7 @@ from unity_sb3.algorithms.ppo.buffers import (
     copy_obs,
     stack_obs,
 )
-from unity_sb3.slots import active_from_infos, mark_inactive_aware, reset_infos_of
+from unity_sb3.slots import TERMINAL_OBSERVATION, active_from_infos, mark_inactive_aware, reset_infos_of
 
 
 class SignalRolloutsMixin:
@@ -104,7 +104,7 @@ class SignalRolloutsMixin:
             terminal_values = np.zeros((env.num_envs, n_heads), dtype=np.float32)
             ended = []
             for idx, done in enumerate(dones):
-                terminal = infos[idx].get("terminal_observation") if done else None
+                terminal = infos[idx].get(TERMINAL_OBSERVATION) if done else None
                 if terminal is None:
                     continue
                 if isinstance(next_obs, dict):
@@ -116,7 +116,7 @@ class SignalRolloutsMixin:
                 if truncated[idx] or need_terminal_values:
                     ended.append(idx)
             if ended:
-                terminal_batch = stack_obs([infos[i]["terminal_observation"] for i in ended])
+                terminal_batch = stack_obs([infos[i][TERMINAL_OBSERVATION] for i in ended])
                 with th.no_grad():
                     v = self.policy.predict_values(obs_as_tensor(terminal_batch, self.device))
                 terminal_values[ended] = v.cpu().numpy().reshape(len(ended), n_heads)
