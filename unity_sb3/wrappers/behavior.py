@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable
 
 from unity_sb3.unity.errors import UnityConfigurationError
+from unity_sb3.validation import close_matches
 
 
 def split_behavior_name(name: str) -> tuple[str, int]:
@@ -54,8 +54,7 @@ def choose_behavior(names: Iterable[str], behavior_name: str | None, where: str)
         raise UnityConfigurationError(
             f"behavior {behavior_name!r} is the name of several behaviors {same}; pass the full name"
         )
-    lowered = {n.lower(): n for n in names}  # case-insensitive: "3dball" -> "3DBall?team=0"
-    close = [lowered[c] for c in difflib.get_close_matches(behavior_name.lower(), lowered, n=1, cutoff=0.5)]
+    close = close_matches(behavior_name, names, cutoff=0.5, ignore_case=True)  # "3dball" -> "3DBall?team=0"
     hint = f"; did you mean {close[0]!r}?" if close else ""
     raise UnityConfigurationError(
         f"unknown behavior {behavior_name!r} not found; the scene has {names}{hint}"
