@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from ports import free_base_port
-from test_reliability import faulty_factory
+from test_crash_restarts import faulty_factory
 
 from unity_sb3.scenes.scripted import ScriptedAgent, ScriptedBehavior, ScriptedEnv
 
