@@ -645,3 +645,19 @@ def test_model_saved_with_bc_loads_with_bc_switched_off(ball_demo: str, tmp_path
     )
     plain.learn(384, reset_num_timesteps=False)  # trains on without BC
     env.close()
+
+
+def test_corrupt_demo_into_behavioral_cloning(tmp_path, demo_dir):
+    from stable_baselines3 import PPO
+
+    from unity_sb3.algorithms.bc import pretrain_bc
+    from unity_sb3.demos.format import DemoFormatError
+
+    data = bytearray((demo_dir / "Expert3DBall.demo").read_bytes())
+    broken = tmp_path / "broken.demo"
+    broken.write_bytes(bytes(data[: len(data) // 2]))
+    venv = UnityVecEnv("Ball3D", open_kwargs={"num_agents": 2})
+    model = PPO("MlpPolicy", venv, n_steps=8, batch_size=16, device="cpu")
+    with pytest.raises(DemoFormatError, match=r"broken\.demo"):
+        pretrain_bc(model, str(broken), epochs=1)
+    venv.close()

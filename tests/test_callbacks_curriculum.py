@@ -1,115 +1,23 @@
-"""Curriculum lessons advance as in mlagents-learn (CompletionCriteriaSettings.need_increment,
-EnvironmentParameterManager.update_lessons, TrainerController.reset_env_if_ready)."""
+"""CurriculumCallback: lessons advance on episode returns, reach every Unity instance, resume from a state."""
 
 from __future__ import annotations
 
 import csv
-import math
 import struct
+from types import SimpleNamespace
 
 import gymnasium as gym
 import numpy as np
 import pytest
+from csharp_channels import PARAMS_GUID, csharp_environment_parameter, csharp_split, f32, wire
+from curricula import medium_state, scale_curriculum, three_lessons
 from stable_baselines3.common.logger import configure
 from stable_baselines3.common.vec_env import DummyVecEnv
 
 from unity_sb3.callbacks.curriculum import CurriculumCallback
 from unity_sb3.unity.channels import UnityChannels
 from unity_sb3.unity.errors import UnityConfigurationError
-from unity_sb3.unity.parameters import CompletionCriteria, EnvironmentParameters
-
-
-def criteria(**kwargs) -> CompletionCriteria:
-    return CompletionCriteria(behavior="B", **kwargs)
-
-
-@pytest.mark.parametrize(
-    ("crit", "progress", "rewards", "smoothing", "expected"),
-    [
-        # not enough episodes in the lesson yet
-        (criteria(threshold=1, min_lesson_length=3), 0.0, [10, 10], 0.0, (False, 0.0)),
-        # reward, no smoothing: strictly greater than the threshold
-        (
-            criteria(threshold=5, min_lesson_length=3, signal_smoothing=False),
-            0.0,
-            [6, 6, 6],
-            0.0,
-            (True, 0.0),
-        ),
-        (criteria(threshold=6, signal_smoothing=False), 0.0, [6, 6], 0.0, (False, 0.0)),
-        # smoothing: measure = 0.25 * previous + 0.75 * mean, stored as the new smoothing
-        (criteria(threshold=5), 0.0, [8.0], 0.0, (True, 6.0)),
-        (criteria(threshold=5), 0.0, [6.0], 0.0, (False, 4.5)),
-        (criteria(threshold=5), 0.0, [6.0], 4.5, (True, 5.625)),
-        # no episode at all with min_lesson_length 0: never completes on reward
-        (criteria(threshold=-100), 0.0, [], 0.0, (False, 0.0)),
-        (criteria(threshold=0), 0.0, [math.nan], 1.0, (False, 1.0)),
-        # progress: strictly greater, still gated by min_lesson_length
-        (criteria(measure="progress", threshold=0.5), 0.5, [], 0.0, (False, 0.0)),
-        (criteria(measure="progress", threshold=0.5), 0.51, [], 0.0, (True, 0.0)),
-        (criteria(measure="progress", threshold=0.5, min_lesson_length=2), 0.9, [1.0], 0.0, (False, 0.0)),
-    ],
-)
-def test_need_increment_matches_mlagents(crit, progress, rewards, smoothing, expected) -> None:
-    done, new_smoothing = crit.need_increment(progress, rewards, smoothing)
-    assert done is expected[0] or done == expected[0]
-    assert new_smoothing == pytest.approx(expected[1])
-
-
-def three_lessons(require_reset: bool = False, behavior: str = "B") -> dict:
-    crit = {"behavior": behavior, "threshold": 1.0, "signal_smoothing": False, "require_reset": require_reset}
-    return {
-        "difficulty": {
-            "curriculum": [
-                {"name": "easy", "value": 0.0, "completion_criteria": crit},
-                {"name": "medium", "value": 1.0, "completion_criteria": crit},
-                {"name": "hard", "value": 2.0},
-            ]
-        },
-        "gravity": 9.81,
-    }
-
-
-def test_update_lessons_advances_one_lesson_per_call_and_stops_at_last() -> None:
-    params = EnvironmentParameters(three_lessons())
-    assert params.has_curriculum and not params.parameters["gravity"].is_curriculum
-    assert params.update_lessons(0.0, [0.5]) == (False, False)
-    assert params.lesson_numbers["difficulty"] == 0
-    assert params.update_lessons(0.0, [2.0]) == (True, False)
-    assert params.lesson_numbers["difficulty"] == 1
-    assert params.update_lessons(0.0, [2.0]) == (True, False)
-    assert params.lesson_numbers["difficulty"] == 2
-    assert params.update_lessons(0.0, [2.0]) == (False, False)
-    assert params.current_samplers()["difficulty"].value == 2.0
-    assert params.current_lessons()["difficulty"].name == "hard"
-
-
-def test_update_lessons_reports_require_reset() -> None:
-    params = EnvironmentParameters(three_lessons(require_reset=True))
-    assert params.update_lessons(0.0, [2.0]) == (True, True)
-
-
-def test_update_lessons_only_evaluates_behaviors_given() -> None:
-    params = EnvironmentParameters(three_lessons(behavior="Walker"))
-    assert params.update_lessons({"Other": 0.0}, {"Other": [5.0]}) == (False, False)
-    assert params.update_lessons({"Walker": 0.0}, {"Walker": [5.0]}) == (True, False)
-
-
-def test_reward_buffer_size_is_largest_min_lesson_length() -> None:
-    config = three_lessons()
-    config["difficulty"]["curriculum"][1]["completion_criteria"] = {"behavior": "B", "min_lesson_length": 7}
-    params = EnvironmentParameters(config)
-    assert params.reward_buffer_size() == 7
-    assert params.reward_buffer_size("B") == 7
-    assert params.reward_buffer_size("Other") == 1
-
-
-def test_state_dict_round_trip() -> None:
-    params = EnvironmentParameters(three_lessons())
-    params.update_lessons(0.0, [2.0])
-    other = EnvironmentParameters(three_lessons())
-    other.load_state_dict(params.state_dict())
-    assert other.lesson_numbers == {"difficulty": 1, "gravity": 0}
+from unity_sb3.unity.parameters import EnvironmentParameters
 
 
 # ------------------------------------------------------------------ the SB3 callback
@@ -380,3 +288,100 @@ def test_curriculum_inside_ppo(tmp_path) -> None:
     with open(tmp_path / "progress.csv", newline="") as handle:
         rows = list(csv.DictReader(handle))
     assert [float(r["curriculum/p"]) for r in rows] == [1.0, 1.0]
+
+
+# ------------------------------------------------------------------ curriculum state (resume)
+def parameter_messages(channels: UnityChannels) -> list[tuple]:
+    """The environment-parameter messages queued for Unity, as its C# channel reads them."""
+    return [csharp_environment_parameter(p) for g, p in csharp_split(wire(channels)) if g == PARAMS_GUID]
+
+
+def test_curriculum_callback_resumes_inside_ppo(tmp_path) -> None:
+    """A state loaded before ``learn`` (parameters found on the env at training start): the
+    lessons are the saved ones, the scene is reset with their values before the first
+    training step, and the recent episode returns continue."""
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.vec_env import VecMonitor
+
+    from unity_sb3.callbacks.curriculum import CurriculumCallback
+    from unity_sb3.open import open_unity
+    from unity_sb3.wrappers.vec_env import UnityVecEnv
+
+    env = open_unity("Ball3D", transport="inprocess", num_agents=2, environment_parameters=scale_curriculum())
+    venv = VecMonitor(UnityVecEnv([env]))
+    channels = env.unity_sb3_channels
+    scales: list[float] = []
+
+    def drain() -> None:
+        scales.extend(v for v, _ in channels.stats.get_and_reset_stats().get("Environment/BallScale", []))
+
+    class AtStart(BaseCallback):
+        def _on_training_start(self) -> None:
+            drain()
+            self.first_training_scales = scales[-2:]  # the episodes training starts with
+
+        def _on_step(self) -> bool:
+            return True
+
+    try:
+        drain()
+        assert scales and set(scales) == {1.0}, "opened at lesson 0"
+        callback = CurriculumCallback()
+        with pytest.raises(UnityConfigurationError, match="no environment parameters yet"):
+            callback.state_dict()
+        callback.load_state_dict({"parameters": medium_state(), "reward_buffer": [1.0, 2.0, 3.0]})
+        model = PPO("MlpPolicy", venv, n_steps=8, batch_size=16, n_epochs=1, device="cpu", seed=0)
+        at_start = AtStart()
+        model.learn(16, callback=[callback, at_start])
+        drain()
+        assert callback.parameters is channels.parameters
+        assert callback.parameters.lesson_numbers == {"scale": 1, "gravity": 0}
+        assert at_start.first_training_scales == [1.5, 1.5], "reset with the loaded lesson before training"
+        assert env.side_channels.environment_parameters["scale"] == 1.5
+        assert scales[-1] == 1.5 and 1.0 not in scales[scales.index(1.5) :]
+        state = callback.state_dict()
+        assert state["parameters"]["lesson_numbers"] == {"scale": 1, "gravity": 0}
+        assert state["parameters"]["smoothed_values"]["scale"] == 3.25
+        assert state["reward_buffer"][:3] == [1.0, 2.0, 3.0]
+        model.learn(16, callback=callback, reset_num_timesteps=False)
+        assert callback.parameters.lesson_numbers == {"scale": 1, "gravity": 0}
+        assert list(callback.reward_buffer)[:3] == [1.0, 2.0, 3.0], "a second learn() keeps the returns"
+    finally:
+        venv.close()
+
+
+def test_curriculum_callback_load_with_parameters_queues_values_at_once() -> None:
+    from unity_sb3.callbacks.curriculum import CurriculumCallback
+
+    channels = UnityChannels()
+    callback = CurriculumCallback(scale_curriculum(), channels=channels)
+    with pytest.raises(UnityConfigurationError, match="'scale' was saved in lesson 5"):
+        callback.load_state_dict({"parameters": {"lesson_numbers": {"scale": 5}}})
+    assert parameter_messages(channels) == [], "nothing sent for a refused state"
+    with pytest.raises(UnityConfigurationError, match="reward_buffer must be a list"):
+        callback.load_state_dict({"parameters": medium_state(), "reward_buffer": "1, 2"})
+    callback.load_state_dict({"parameters": medium_state(), "reward_buffer": [4.0]})
+    assert parameter_messages(channels) == [("scale", "Float", 1.5), ("gravity", "Float", f32(9.81))]
+    assert callback.state_dict() == {"parameters": medium_state(), "reward_buffer": [4.0]}
+
+
+def test_curriculum_callback_resends_values_to_a_restarted_instance(tmp_path) -> None:
+    from unity_sb3.callbacks.curriculum import CurriculumCallback
+
+    first = UnityChannels()
+    env = SimpleNamespace(unity_sb3_channels=first, num_envs=1)
+    model = FakeModel(env, str(tmp_path))
+    callback = CurriculumCallback(scale_curriculum(), behavior_name="3DBall")
+    callback.load_state_dict({"parameters": medium_state()})
+    callback.init_callback(model)
+    callback.update_locals({"rewards": np.zeros(1), "dones": np.zeros(1, bool), "infos": [{}]})
+    callback.on_step()
+    second = UnityChannels()  # the re-opened instance; it got lesson-0 values when it opened
+    env.unity_sb3_channels = second
+    callback.update_locals(
+        {"rewards": np.zeros(1), "dones": np.ones(1, bool), "infos": [{"restarted": True}]}
+    )
+    callback.on_step()
+    assert callback.channels == [second]
+    assert parameter_messages(second) == [("scale", "Float", 1.5), ("gravity", "Float", f32(9.81))]

@@ -607,3 +607,21 @@ def test_mlagents_checkpoint_and_summary_settings_are_honoured(tmp_path: Path, c
     # the command line overrides the file: keep every checkpoint, no other change
     assert main([*args, "--run-id", "b", "--transport", "inprocess", "--keep-checkpoints", "0"]) == 0
     assert [steps for steps, _ in list_checkpoints(tmp_path / "b" / "checkpoints")] == [204, 408, 600]
+
+
+def test_cli_train_with_a_misspelt_config_key(tmp_path, capsys):
+    config = tmp_path / "hyper.yml"
+    config.write_text("unity_sb3/Ball3D-v0:\n  n_timesteps: 100\n  n_step: 32\n")
+    with pytest.raises(ValueError, match=r"Unknown hyperparameter 'n_step' for ppo.*Did you mean 'n_steps'"):
+        main(
+            [
+                "train",
+                "--transport",
+                "inprocess",
+                "--config",
+                str(config),
+                "--results-dir",
+                str(tmp_path),
+                "--no-progress",
+            ]
+        )

@@ -15,6 +15,7 @@ import os
 import socket
 import stat
 import struct
+import subprocess
 import sys
 import textwrap
 import time
@@ -22,10 +23,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from players import PYTHON, alive, player_kwargs, random_actions, wait_for
 from ports import free_base_port
 
 from unity_sb3.open import open_unity
-from unity_sb3.unity import connect
 from unity_sb3.unity.channels import EngineSettings, UnityChannels
 from unity_sb3.unity.connect import LocalUnityEnvironment, LoopbackRpcCommunicator
 from unity_sb3.unity.errors import (
@@ -38,6 +39,8 @@ from unity_sb3.unity.errors import (
     UnityVersionError,
 )
 from unity_sb3.unity.executable import resolve_executable
+from unity_sb3.unity.ports import is_loopback
+from unity_sb3.wrappers.vec_env import UnityVecEnv
 
 from mlagents_envs.base_env import ActionTuple  # isort: skip
 from mlagents_envs.exception import UnityCommunicatorStoppedException  # isort: skip
@@ -302,10 +305,8 @@ def test_server_listens_on_loopback_only() -> None:
             pass
     finally:
         communicator.close()
-    assert (
-        connect.is_loopback("127.0.0.1") and connect.is_loopback("::1") and connect.is_loopback("localhost")
-    )
-    assert not connect.is_loopback("0.0.0.0") and not connect.is_loopback("192.168.1.4")
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
+    assert not is_loopback("0.0.0.0") and not is_loopback("192.168.1.4")
 
 
 # ------------------------------------------------------------------ a build that speaks the protocol
@@ -450,3 +451,65 @@ def test_real_scene_through_stand_in_player() -> None:
         env.close()
     assert env.process.poll() is not None
     assert not launcher_dir.exists()
+
+
+# ------------------------------------------------------------------ close and cleanup
+def thread_and_fd_counts() -> tuple[int, int]:
+    import threading
+
+    return threading.active_count(), len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.player
+def test_repeated_open_close_leaks_no_threads_fds_processes_or_ports(tmp_path):
+    kwargs = player_kwargs(tmp_path)
+    counts = []
+    for cycle in range(4):
+        venv = UnityVecEnv(["Ball3D", "Ball3D"], open_kwargs=kwargs)
+        venv.reset()
+        venv.step(random_actions(venv, cycle))
+        processes = [env.process for env in venv.unity_envs]
+        ports = [env.port for env in venv.unity_envs]
+        venv.close()
+        venv.close()  # idempotent
+        assert all(p.poll() is not None for p in processes), "every player exited"
+        for port in ports:
+            with socket.socket() as sock:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                sock.bind(("127.0.0.1", port))  # free again
+        time.sleep(0.3)  # let executor threads see their shutdown
+        counts.append(thread_and_fd_counts())
+    # the first cycle may start gRPC's process-wide machinery; after it nothing grows
+    assert counts[1:] == [counts[1]] * 3, counts
+    with pytest.raises(RuntimeError, match="closed"):
+        venv.step(random_actions(venv, 9))
+
+
+EXIT_WITHOUT_CLOSE = textwrap.dedent(
+    """
+    import sys
+    import numpy as np
+    import unity_sb3
+    from unity_sb3.wrappers.vec_env import UnityVecEnv
+
+    venv = UnityVecEnv(["Ball3D", "Ball3D"], open_kwargs={kwargs!r})
+    venv.reset()
+    venv.step(np.zeros((venv.num_envs, 2), np.float32))
+    print(" ".join(str(env.process.pid) for env in venv.unity_envs), flush=True)
+    {ending}
+    """
+)
+
+
+@pytest.mark.player
+@pytest.mark.parametrize("ending", ["pass", "sys.exit(3)", "raise RuntimeError('boom')"])
+def test_players_end_when_the_interpreter_exits_without_close(tmp_path, ending):
+    kwargs = player_kwargs(tmp_path)
+    kwargs.pop("log_folder")
+    script = tmp_path / "leave.py"
+    script.write_text(EXIT_WITHOUT_CLOSE.format(kwargs=kwargs, ending=ending))
+    result = subprocess.run([PYTHON, str(script)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == {"pass": 0, "sys.exit(3)": 3}.get(ending, 1), result.stderr
+    pids = [int(p) for p in result.stdout.split()]
+    assert len(pids) == 2
+    wait_for(lambda: not any(alive(p) for p in pids), 15, "the players to exit")

@@ -471,3 +471,23 @@ def test_ppo_learns_ball3d_through_the_player():
     finally:
         env.close()
     assert mean > 6.0, f"PPO over gRPC reached {mean:.2f} (random is about 1.8, perfect 10.0)"
+
+
+# ---------------------------------------------------------------------- bad actions
+NAN = float("nan")
+
+
+@pytest.mark.parametrize(
+    ("actions", "match"),
+    [
+        (np.array([0.1, 0.2, 0.3], np.float32), r"shape \(1, 3\), expected \(1, 2\)"),
+        (np.array([NAN, 0.0], np.float32), "NaN or infinite"),
+        ("left", "continuous actions must be numbers"),
+    ],
+)
+def test_bad_continuous_actions_into_gym_env(actions, match):
+    env = UnityGymEnv("Ball3D", open_kwargs={"num_agents": 1})
+    env.reset(seed=0)
+    with pytest.raises(ValueError, match=match):
+        env.step(actions)
+    env.close()

@@ -396,3 +396,8 @@ def test_opens_a_scene_by_name():
         env.close()
     with pytest.raises(UnityConfigurationError, match="open_kwargs"):
         UnityParallelEnv(dying_scene(), open_kwargs={"seed": 1})
+
+
+def test_pettingzoo_unknown_behavior():
+    with pytest.raises(UnityConfigurationError, match="did you mean 'DungeonEscape\\?team=0'"):
+        UnityParallelEnv("Escape", behavior_names=["DungeonEscap"])

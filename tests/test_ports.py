@@ -1,10 +1,4 @@
-"""Ports (issue 9): many Unity instances started at once get distinct ports, also when other
-programs hold some of them; ports out of range are refused up front.
-
-Already proven elsewhere: ``base_port + worker_id`` range and type checks of ``open_unity``, the
-port-in-use error naming a free ``worker_id``, ``find_free_port`` moving on, loopback-only
-listening (tests/test_connect.py).
-"""
+"""Ports: Unity instances started at once get distinct free ports; out-of-range ports are refused up front."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from gymnasium import spaces
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import unity_sb3.unity  # noqa: F401  (protobuf compat before mlagents_envs)
@@ -283,3 +283,142 @@ def test_zeros_like_space_and_empty_observations():
     s = BehaviorSpaces(spec(vector(3, "a"), hwc(2, 2, 3)))
     empty = s.empty_observations(2)
     assert empty["camera"].shape == (2, 3, 2, 2)
+
+
+# ---------------------------------------------------------------------- property-based: random specs
+VISUAL_DIMS = {
+    "hwc": (
+        DimensionProperty.TRANSLATIONAL_EQUIVARIANCE,
+        DimensionProperty.TRANSLATIONAL_EQUIVARIANCE,
+        DimensionProperty.NONE,
+    ),
+    "chw": (
+        DimensionProperty.NONE,
+        DimensionProperty.TRANSLATIONAL_EQUIVARIANCE,
+        DimensionProperty.TRANSLATIONAL_EQUIVARIANCE,
+    ),
+}
+
+
+@st.composite
+def observation_specs(draw) -> list[ObservationSpec]:
+    specs = []
+    for i in range(draw(st.integers(1, 3))):
+        if draw(st.booleans()):
+            shape: tuple[int, ...] = (draw(st.integers(1, 6)),)
+            dims = (DimensionProperty.NONE,)
+        else:
+            layout = draw(st.sampled_from(["hwc", "chw"]))
+            h, w, c = draw(st.integers(1, 5)), draw(st.integers(1, 5)), draw(st.integers(1, 4))
+            shape = (h, w, c) if layout == "hwc" else (c, h, w)
+            dims = VISUAL_DIMS[layout]
+        name = draw(st.sampled_from(["", "ray", "camera", f"obs_{i}"]))
+        specs.append(ObservationSpec(shape, dims, ObservationType.DEFAULT, name))
+    return specs
+
+
+@st.composite
+def action_specs(draw) -> ActionSpec:
+    continuous = draw(st.integers(0, 3))
+    branches = tuple(draw(st.lists(st.integers(1, 5), min_size=0 if continuous else 1, max_size=3)))
+    return ActionSpec(continuous, branches)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    specs=observation_specs(),
+    visual=st.sampled_from(["uint8", "float", "uint8_hwc", "float_hwc"]),
+    flatten=st.booleans(),
+    n=st.integers(1, 4),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_observation_round_trip_for_random_specs(specs, visual, flatten, n, seed):
+    all_vectors = all(len(s.shape) == 1 for s in specs)
+    spec = BehaviorSpec(specs, ActionSpec(1, ()))
+    if flatten and not all_vectors:
+        with pytest.raises(ValueError, match="flatten=True needs every observation to be 1-D"):
+            BehaviorSpaces(spec, visual=visual, flatten=True)
+        return
+    s = BehaviorSpaces(spec, visual=visual, flatten=flatten)
+    rng = np.random.default_rng(seed)
+    # Unity sends images in [0, 1]; multiples of 1/255 survive uint8 exactly (as PNG pixels do)
+    unity = [
+        (rng.integers(0, 256, (n, *sp.shape)) / 255.0).astype(np.float32)
+        if len(sp.shape) == 3
+        else rng.normal(size=(n, *sp.shape)).astype(np.float32)
+        for sp in specs
+    ]
+    converted = s.observations(unity)
+    for i in range(n):
+        row = {k: v[i] for k, v in converted.items()} if isinstance(converted, dict) else converted[i]
+        assert s.observation_space.contains(row), (s.observation_space, row)
+    back = s.to_unity_observations(converted)
+    assert len(back) == len(unity)
+    for original, restored in zip(unity, back):
+        assert restored.dtype == np.float32 and restored.shape == original.shape
+        np.testing.assert_allclose(restored, original, atol=1e-6)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    action=action_specs(),
+    hybrid=st.sampled_from(["dict", "tuple", "box"]),
+    n=st.integers(1, 5),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_action_round_trip_and_samples_for_random_specs(action, hybrid, n, seed):
+    s = BehaviorSpaces(
+        BehaviorSpec([ObservationSpec((2,), (DimensionProperty.NONE,), ObservationType.DEFAULT, "")], action),
+        hybrid=hybrid,
+    )
+    rng = np.random.default_rng(seed)
+    cont = rng.uniform(-1, 1, (n, action.continuous_size)).astype(np.float32)
+    disc = (
+        np.stack([rng.integers(0, b, n) for b in action.discrete_branches], axis=1)
+        if action.discrete_branches
+        else np.zeros((n, 0), np.int64)
+    )
+    out = s.to_unity_actions(s.from_unity_actions(cont, disc), n)
+    np.testing.assert_allclose(out.continuous, cont, atol=1e-6)
+    np.testing.assert_array_equal(out.discrete, disc)
+    # anything the space samples is a valid Unity action
+    s.action_space.seed(seed)
+    samples = [s.action_space.sample() for _ in range(n)]
+    if isinstance(s.action_space, spaces.Dict):
+        batch = {k: np.stack([x[k] for x in samples]) for k in s.action_space.spaces}
+    elif isinstance(s.action_space, spaces.Tuple):
+        batch = tuple(np.stack([x[j] for x in samples]) for j in range(2))
+    else:
+        batch = np.stack(samples)
+    sent = s.to_unity_actions(batch, n)
+    assert sent.continuous.shape == (n, action.continuous_size) and np.all(np.abs(sent.continuous) <= 1)
+    assert sent.discrete.shape == (n, len(action.discrete_branches))
+    assert np.all(
+        (sent.discrete >= 0) & (sent.discrete < np.asarray(action.discrete_branches, dtype=np.int64))
+    )
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    branches=st.lists(st.integers(1, 6), min_size=1, max_size=4),
+    n=st.integers(1, 5),
+    seed=st.integers(0, 2**31 - 1),
+    no_mask=st.booleans(),
+)
+def test_masks_for_random_branches(branches, n, seed, no_mask):
+    s = BehaviorSpaces(
+        BehaviorSpec(
+            [ObservationSpec((2,), (DimensionProperty.NONE,), ObservationType.DEFAULT, "")],
+            ActionSpec(0, tuple(branches)),
+        )
+    )
+    rng = np.random.default_rng(seed)
+    unity = None if no_mask else [rng.random((n, b)) < 0.4 for b in branches]  # True = NOT allowed
+    flat = s.action_masks(unity, n)
+    assert flat.shape == (n, sum(branches)) and flat.dtype == bool
+    if unity is None:
+        assert flat.all()
+    else:
+        offsets = np.cumsum([0, *branches])
+        for k in range(len(branches)):
+            np.testing.assert_array_equal(flat[:, offsets[k] : offsets[k + 1]], ~unity[k])

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import sys
-import types
 import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
 from gymnasium import spaces
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from stable_baselines3.common.vec_env import VecFrameStack, VecMonitor, VecNormalize, VecTransposeImage
 
@@ -21,9 +20,11 @@ from unity_sb3.scenes.scripted import DEFAULT_BEHAVIOR, ScriptedAgent, ScriptedB
 from mlagents_envs.base_env import ActionSpec, ActionTuple  # isort: skip
 from mlagents_envs.exception import UnityTimeOutException  # isort: skip
 
+from players import faulty_factory
 from ports import free_base_port
 
-from unity_sb3.unity.errors import UnityConfigurationError, UnityProcessError
+from unity_sb3.unity.errors import UnityConfigurationError, UnityObservationError, UnityProcessError
+from unity_sb3.wrappers.gym_env import UnityGymEnv
 from unity_sb3.wrappers.instances import UnityNoDecisionError
 from unity_sb3.wrappers.vec_env import UnityVecEnv
 
@@ -484,9 +485,7 @@ def test_strings_are_opened_with_open_unity_and_their_worker_id(monkeypatch):
         calls.append((target, kwargs))
         return scripted([ScriptedAgent()])
 
-    module = types.ModuleType("unity_sb3.open")
-    module.open_unity = fake_open_unity
-    monkeypatch.setitem(sys.modules, "unity_sb3.open", module)
+    monkeypatch.setattr("unity_sb3.open.open_unity", fake_open_unity)
     venv = UnityVecEnv(["Ball3D", "Ball3D"], open_kwargs={"timeout_wait": 5})
     assert venv.num_envs == 2
     assert calls == [
@@ -897,3 +896,166 @@ def test_killed_player_is_reported_by_worker_id(tmp_path):
         assert info.value.worker_id == 0
     finally:
         venv.close()
+
+
+# ---------------------------------------------------------------------- bad actions
+NAN = float("nan")
+
+
+def continuous_vec_env() -> UnityVecEnv:
+    return UnityVecEnv("Ball3D", open_kwargs={"num_agents": 3})  # Box(-1, 1, (2,)), 3 slots
+
+
+def hybrid_vec_env() -> tuple[ScriptedEnv, UnityVecEnv]:
+    env = ScriptedEnv(ScriptedBehavior([ScriptedAgent(), ScriptedAgent()], action_spec=ActionSpec(1, (3,))))
+    return env, UnityVecEnv(env)  # hybrid as Box(-1, 1, (1 + 1,))
+
+
+BAD_CONTINUOUS = [
+    (np.zeros((3, 3), np.float32), r"shape \(3, 3\), expected \(3, 2\)"),
+    (np.zeros((4, 2), np.float32), r"shape \(4, 2\), expected \(3, 2\)"),
+    (np.zeros(5, np.float32), r"shape \(5,\), expected \(3, 2\)"),
+    (np.full((3, 2), NAN, np.float32), "NaN or infinite"),
+    (np.full((3, 2), np.inf), "NaN or infinite"),
+    (np.array([["a", "b"]] * 3), "continuous actions must be numbers"),
+    ({"continuous": np.zeros((3, 2))}, "continuous actions must be numbers, got dict"),
+    (None, "actions is None"),
+]
+
+
+@pytest.mark.parametrize(("actions", "match"), BAD_CONTINUOUS, ids=[m for _, m in BAD_CONTINUOUS])
+def test_bad_continuous_actions_into_vec_env(actions, match):
+    venv = continuous_vec_env()
+    venv.reset()
+    with pytest.raises(ValueError, match=match):
+        venv.step(actions)
+    venv.step(np.zeros((3, 2), np.float32))  # the env is still usable afterwards
+    venv.close()
+
+
+def test_out_of_range_continuous_actions_are_clipped_like_ml_agents():
+    env = ScriptedEnv([ScriptedAgent()])
+    venv = UnityVecEnv(env)
+    venv.reset()
+    venv.step(np.array([[5.0, -7.5]], np.float32))
+    np.testing.assert_array_equal(env.actions_of(0)[0].continuous, [1.0, -1.0])
+
+
+@pytest.mark.parametrize(
+    ("actions", "match"),
+    [
+        (np.array([[0.0, NAN], [0.0, 0.0]], np.float32), "hybrid actions contain NaN"),
+        (np.array([[0.0, np.inf], [0.0, 0.0]], np.float32), "hybrid actions contain NaN"),
+        (np.array([[0.0], [0.0]], np.float32), r"hybrid actions have shape \(2, 1\), expected \(2, 2\)"),
+        (np.array([["x", "y"], ["z", "w"]]), "hybrid actions must be numbers"),
+    ],
+)
+def test_bad_hybrid_actions(actions, match):
+    env, venv = hybrid_vec_env()
+    venv.reset()
+    with pytest.raises(ValueError, match=match):
+        venv.step(actions)
+    assert not any(env.actions_of(k) for k in range(2)), "nothing reached Unity"
+
+
+@pytest.mark.parametrize(
+    ("actions", "match"),
+    [
+        (np.full(9, 1.5), "whole numbers"),
+        (np.full(9, NAN), "whole numbers"),
+        (np.full(9, -1), "-1 for agent 0 is out of range for branch 0 .size 5.; valid actions are 0..4"),
+        (np.full(9, 2**40), "out of range"),
+        (np.array(["up"] * 9), "must be integers, got dtype <U2"),
+        (np.zeros((9, 2), np.int64), r"shape \(9, 2\), expected \(9, 1\)"),
+    ],
+)
+def test_bad_discrete_actions_into_vec_env(actions, match):
+    venv = UnityVecEnv("GridWorld")  # Discrete(5), 9 slots
+    venv.reset()
+    with pytest.raises(ValueError, match=match):
+        venv.step(actions)
+    venv.close()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_random_garbage_actions_raise_value_error_or_reach_unity_valid(data):
+    env = ScriptedEnv(ScriptedBehavior([ScriptedAgent(), ScriptedAgent()], action_spec=ActionSpec(0, (3, 2))))
+    venv = UnityVecEnv(env)
+    venv.reset()
+    shape = data.draw(st.sampled_from([(2, 2), (2,), (4,), (2, 3), (1, 2), (2, 2, 1)]))
+    values = data.draw(
+        st.lists(
+            st.one_of(
+                st.integers(-3, 5),
+                st.floats(allow_nan=True, allow_infinity=True),
+                st.sampled_from([0.0, 1.0]),
+            ),
+            min_size=int(np.prod(shape)),
+            max_size=int(np.prod(shape)),
+        )
+    )
+    actions = np.array(values, dtype=object if any(isinstance(v, float) for v in values) else np.int64)
+    actions = actions.astype(np.float64 if actions.dtype == object else np.int64).reshape(shape)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            venv.step(actions)
+        except ValueError:
+            assert not env.actions_of(0), "a refused action must not reach Unity"
+            return
+    for k in range(2):
+        sent = env.actions_of(k)[0].discrete
+        assert 0 <= sent[0] < 3 and 0 <= sent[1] < 2
+
+
+# ---------------------------------------------------------------------- NaN / inf from Unity
+@pytest.mark.player
+@pytest.mark.parametrize(("mode", "word"), [("nan", "NaN"), ("inf", "infinite values")])
+@pytest.mark.parametrize("restart_on_crash", [False, True])
+def test_non_finite_observations_name_worker_behavior_agent_and_what_to_check(
+    tmp_path, mode, word, restart_on_crash
+):
+    factory = faulty_factory(tmp_path, free_base_port(), fail_at=2, mode=mode)
+    venv = UnityVecEnv(factory, restart_on_crash=restart_on_crash, restart_backoff=0.0)
+    try:
+        venv.reset()
+        with pytest.raises(UnityObservationError) as info:
+            for _ in range(5):
+                venv.step(np.zeros((venv.num_envs, 2), np.float32))
+        message = str(info.value)
+        assert message.startswith("Unity worker 0 sent ")
+        assert f"{word} in observation 0" in message and "of behavior '3DBall?team=0'" in message
+        assert "CollectObservations" in message and "clamp or normalise" in message
+        behavior, agent, _ = info.value.problems[0]
+        assert behavior == "3DBall?team=0" and isinstance(agent, int)
+        assert isinstance(info.value, RuntimeError), "still a RuntimeError, as mlagents_envs raises"
+        assert venv.restart_counts == [0], "bad data is not a crash: no restart"
+    finally:
+        venv.close()
+
+
+# ---------------------------------------------------------------------- names
+@pytest.mark.parametrize(
+    ("make", "match"),
+    [
+        (lambda: UnityVecEnv("Ball3D", behavior_name="3DBal"), "did you mean '3DBall\\?team=0'"),
+        (lambda: UnityGymEnv("Ball3D", behavior_name="3dball"), "did you mean '3DBall\\?team=0'"),
+        (
+            lambda: UnityVecEnv("Ball3D", behavior_name="Walker"),
+            r"not found; the scene has \['3DBall\?team=0'\]$",
+        ),
+        (lambda: UnityVecEnv("Ball3D", open_kwargs={"num_agentz": 2}), "Did you mean 'num_agents'"),
+        (lambda: UnityVecEnv("Bal3D"), "not an embedded scene either .*Did you mean the scene 'Ball3D'"),
+    ],
+    ids=["vec_env", "gym_env", "no_close_match", "scene_param", "scene_name"],
+)
+def test_unknown_names_get_a_did_you_mean(make, match):
+    with pytest.raises((UnityConfigurationError, FileNotFoundError), match=match):
+        make()
+
+
+def test_behavior_name_without_team_suffix_is_accepted():
+    venv = UnityVecEnv("Ball3D", behavior_name="3DBall", open_kwargs={"num_agents": 2})
+    assert venv.behavior_name == "3DBall?team=0"
+    venv.close()

@@ -52,7 +52,7 @@ def test_make_unity_vec_env_splits_kwargs(monkeypatch) -> None:
         assert sorted(set(env.venv.worker_ids)) == [0, 1]
     finally:
         env.close()
-    import unity_sb3.open as connect
+    import unity_sb3.open as open_module
     from unity_sb3.scenes import make_scene
 
     calls = []
@@ -61,7 +61,7 @@ def test_make_unity_vec_env_splits_kwargs(monkeypatch) -> None:
         calls.append((target, kwargs))
         return make_scene(target, seed=kwargs["seed"])
 
-    monkeypatch.setattr(connect, "open_unity", fake_open_unity)
+    monkeypatch.setattr(open_module, "open_unity", fake_open_unity)
     env = zoo.make_unity_vec_env(
         "unity_sb3/Ball3D-v0",
         n_instances=2,
