@@ -625,3 +625,11 @@ def test_cli_train_with_a_misspelt_config_key(tmp_path, capsys):
                 "--no-progress",
             ]
         )
+
+
+def test_train_help_names_every_registered_algorithm() -> None:
+    from unity_sb3.algorithms.registry import ALGORITHMS
+
+    train = build_parser()._subparsers._group_actions[0].choices["train"]
+    algo_help = next(a.help for a in train._actions if "--algo" in a.option_strings)
+    assert [name for name in ALGORITHMS if name not in algo_help] == []

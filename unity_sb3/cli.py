@@ -63,7 +63,10 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--algo",
         default=None,
-        help="ppo, sac, a2c, td3, maskable_ppo, recurrent_ppo, tqc, poca (default: ppo; with --resume, the run's)",
+        help=(
+            "ppo, sac, poca, a2c, td3, ddpg, dqn, maskable_ppo, recurrent_ppo, tqc, trpo"
+            " (default: ppo; with --resume, the run's)"
+        ),
     )
     p.add_argument("--config", help="hyperparameters: an RL Zoo style YAML or an ML-Agents trainer YAML")
     p.add_argument("--behavior", help="behavior name (when the scene has several)")
