@@ -42,6 +42,8 @@ from mlagents_envs.communicator_objects.observation_pb2 import NONE as COMPRESSI
 from mlagents_envs.communicator_objects.observation_pb2 import PNG as COMPRESSION_PNG
 from mlagents_envs.communicator_objects.observation_pb2 import ObservationProto
 
+from unity_sb3.unity.proto import PNG_SIGNATURE, encode_png_rgb, to_uint8
+
 #: Byte offset of the brain parameters (Unity: ``DemonstrationWriter.MetaDataBytes + 1``).
 BRAIN_PARAMETERS_OFFSET = 33
 #: ``DemonstrationMetaProto.api_version`` values this reader understands (as ML-Agents' loader).
@@ -52,7 +54,6 @@ WRITER_API_VERSION = 1
 SPACE_TYPE_DISCRETE = 0
 SPACE_TYPE_CONTINUOUS = 1
 
-PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _CHW = (
     DimensionProperty.NONE,
     DimensionProperty.TRANSLATIONAL_EQUIVARIANCE,
@@ -305,24 +306,6 @@ def behavior_spec_from_protos(
     return BehaviorSpec(obs_specs, ActionSpec(continuous, branches))
 
 
-def brain_parameters_to_proto(behavior_name: str, spec: BehaviorSpec) -> BrainParametersProto:
-    """Brain parameters as current Unity writes them: the ``action_spec``, plus the legacy
-    ``vector_action_size`` / ``vector_action_space_type`` when the actions are not hybrid (Unity's
-    ``BrainParameters.SyncDeprecatedActionFields``), so pre-1.0 readers accept the file too."""
-    action_spec = spec.action_spec
-    proto = BrainParametersProto(brain_name=behavior_name, is_training=False)
-    proto.action_spec.num_continuous_actions = int(action_spec.continuous_size)
-    proto.action_spec.num_discrete_actions = len(action_spec.discrete_branches)
-    proto.action_spec.discrete_branch_sizes.extend(int(b) for b in action_spec.discrete_branches)
-    if action_spec.continuous_size == 0:
-        proto.vector_action_size_deprecated.extend(int(b) for b in action_spec.discrete_branches)
-        proto.vector_action_space_type_deprecated = SPACE_TYPE_DISCRETE
-    elif action_spec.discrete_size == 0:
-        proto.vector_action_size_deprecated.append(int(action_spec.continuous_size))
-        proto.vector_action_space_type_deprecated = SPACE_TYPE_CONTINUOUS
-    return proto
-
-
 # ---------------------------------------------------------------------------------- PNG observations
 def split_pngs(data: bytes) -> list[bytes]:
     """Split concatenated PNG files (Unity concatenates one RGB PNG per 3 channels) by walking
@@ -455,12 +438,10 @@ def encode_png_observation(obs: np.ndarray, layout: str) -> tuple[bytes, list[in
         observation is stored as a grey RGB image with mapping ``[0, 0, 0]``; a channel count that
         is not a multiple of 3 is padded with zero channels mapped to ``-1``.
     """
-    from PIL import Image
-
     hwc = np.asarray(obs, dtype=np.float32)
     if layout == "chw":
         hwc = hwc.transpose(1, 2, 0)
-    levels = np.round(np.clip(hwc, 0.0, 1.0) * 255.0).astype(np.uint8)
+    levels = to_uint8(hwc)
     channels = levels.shape[2]
     if channels == 1:
         levels = np.repeat(levels, 3, axis=2)
@@ -470,10 +451,11 @@ def encode_png_observation(obs: np.ndarray, layout: str) -> tuple[bytes, list[in
         if pad:
             levels = np.concatenate([levels, np.zeros((*levels.shape[:2], pad), np.uint8)], axis=2)
         mapping = list(range(channels)) + [-1] * pad
-    buffer = io.BytesIO()
-    for start in range(0, levels.shape[2], 3):
-        Image.fromarray(np.ascontiguousarray(levels[:, :, start : start + 3])).save(buffer, format="PNG")
-    return buffer.getvalue(), mapping
+    pngs = (
+        encode_png_rgb(np.ascontiguousarray(levels[:, :, start : start + 3]))
+        for start in range(0, levels.shape[2], 3)
+    )
+    return b"".join(pngs), mapping
 
 
 def decode_observation(

@@ -29,7 +29,6 @@ from unity_sb3.demos.format import (
     BRAIN_PARAMETERS_OFFSET,
     WRITER_API_VERSION,
     DemoMeta,
-    brain_parameters_to_proto,
     encode_varint,
     fit_demonstration_name,
     is_uint8_representable,
@@ -37,6 +36,7 @@ from unity_sb3.demos.format import (
     meta_to_proto,
     write_delimited,
 )
+from unity_sb3.unity.proto import brain_parameters_proto
 
 __all__ = ["DemoWriter", "record_demo"]
 
@@ -115,7 +115,9 @@ class DemoWriter:
         self._finalizer = weakref.finalize(self, _remove_quietly, self._tmp_path)
         try:
             self._file.write(b"\0" * BRAIN_PARAMETERS_OFFSET)
-            write_delimited(self._file, brain_parameters_to_proto(behavior_name, behavior_spec))
+            write_delimited(
+                self._file, brain_parameters_proto(behavior_name, behavior_spec, is_training=False)
+            )
         except BaseException:
             self.abort()
             raise
