@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -54,6 +55,9 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     ) from exc
 
 __all__ = ["RayActorSource", "RayUnityEnv", "UnityActor", "collect_steps"]
+
+#: seconds :meth:`RayActorSource.kill` waits for Ray to confirm an actor is dead
+_KILL_WAIT = 10.0
 
 ActorSource = str | Callable[[], BaseEnv]
 #: behavior -> (continuous, discrete) actions for the agents of its last DecisionSteps
@@ -432,9 +436,21 @@ class RayActorSource:
     def kill(self) -> None:
         """Kill the actor for good (no Ray restart); calling it again does nothing."""
         actor, self.actor = self.actor, None
-        if actor is not None:
-            with contextlib.suppress(Exception):
-                ray.kill(actor, no_restart=True)
+        if actor is None:
+            return
+        with contextlib.suppress(Exception):
+            ray.kill(actor, no_restart=True)
+        # ray.kill only asks: a call sent right after can still run on the live actor (it did on
+        # a loaded CI machine). Wait, bounded, until the actor answers as dead.
+        deadline = time.monotonic() + _KILL_WAIT
+        while time.monotonic() < deadline:
+            try:
+                ray.get(actor.close.remote(), timeout=max(deadline - time.monotonic(), 0.1))
+            except (RayActorError, GetTimeoutError):
+                return
+            except Exception:  # anything else: it is not answering normally either
+                return
+            time.sleep(0.05)
 
 
 def _first_line(err: BaseException) -> str:
