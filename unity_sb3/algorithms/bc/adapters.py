@@ -6,7 +6,8 @@ One adapter per family of models:
   sb3-contrib's ``MaskableActorCriticPolicy`` (action masks from the demo are applied).
 - :class:`RecurrentAdapter`: sb3-contrib's ``RecurrentActorCriticPolicy`` (RecurrentPPO); the
   batch is made of fixed-length sequences, each started from a zero LSTM state.
-- :class:`SACAdapter`: SAC-style actors (``get_action_dist_params``: SAC, TQC, CrossQ...).
+- :class:`SACAdapter`: SAC-style actors (``get_action_dist_params``: SAC, TQC, CrossQ...; or
+  ``get_distribution(obs, masks)``: the project's SAC with discrete actions).
 - :class:`TD3Adapter`: deterministic actors (TD3, DDPG).
 
 Loss per sample (``loss="auto"`` picks the first):
@@ -232,6 +233,10 @@ class SACAdapter(PolicyAdapter):
 
     def actor_loss(self, batch: Batch) -> th.Tensor:
         actor = self.model.actor
+        if hasattr(
+            actor, "get_distribution"
+        ):  # the project's SAC with discrete/hybrid actions (masks applied)
+            return self._distribution_loss(actor.get_distribution(batch.obs, batch.masks), batch.actions)
         mean, log_std, kwargs = actor.get_action_dist_params(batch.obs)
         distribution = actor.action_dist.proba_distribution(mean, log_std, **kwargs)
         return self._distribution_loss(distribution, batch.actions)
@@ -280,7 +285,7 @@ def make_adapter(model: Any, loss: LossKind = "auto") -> PolicyAdapter:
     """
     policy = getattr(model, "policy", None)
     actor = getattr(model, "actor", None)
-    if actor is not None and hasattr(actor, "get_action_dist_params"):
+    if actor is not None and (hasattr(actor, "get_action_dist_params") or hasattr(actor, "get_distribution")):
         return SACAdapter(model, loss)
     if actor is not None and getattr(model, "actor_target", None) is not None:
         return TD3Adapter(model, loss)

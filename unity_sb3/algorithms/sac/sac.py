@@ -25,7 +25,17 @@ With ``reward_signals`` (ML-Agents' SAC keeps one Q stream per signal; so does t
 - n-step replay (``n_steps > 1``) is not supported together with ``reward_signals``.
 
 ``behavioral_cloning``: the BC module's ``update()`` runs after each gradient step (see
-:func:`unity_sb3.algorithms.mixin.make_bc_module`).
+:func:`unity_sb3.algorithms.mixin.make_bc_module`); for discrete actions its loss is the
+cross-entropy of the demo actions, as ML-Agents'.
+
+**Action spaces.** A ``Box`` takes SB3's SAC path unchanged (so models saved before load as they
+were). ``Discrete``, ``MultiDiscrete`` and hybrid ``Tuple(Box, MultiDiscrete)`` (a hybrid Unity
+behavior with ``UnityVecEnv(..., hybrid="tuple")``) take ML-Agents' discrete SAC: a Q value per
+discrete action, one entropy coefficient per branch with its own target entropy, action masks
+from the env (``env_method("action_masks")``, sb3-contrib's convention) applied when acting, in
+the targets and in the actor and entropy terms (:mod:`unity_sb3.algorithms.sac.discrete`,
+:mod:`unity_sb3.algorithms.sac.policies`). ``"MlpPolicy"``, ``"CnnPolicy"`` and
+``"MultiInputPolicy"`` name the discrete policies there.
 """
 
 from __future__ import annotations
@@ -35,34 +45,65 @@ from typing import Any
 
 import numpy as np
 import torch as th
+from gymnasium import spaces
 from stable_baselines3 import SAC as SB3SAC
+from stable_baselines3.common.buffers import DictReplayBuffer, ReplayBuffer
+from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.utils import polyak_update
+from stable_baselines3.sac.policies import CnnPolicy, MultiInputPolicy, SACPolicy
 from torch import nn
 from torch.nn import functional as F
 
 from unity_sb3.algorithms.mixin import SignalsAndBCMixin, log_stats
 from unity_sb3.algorithms.reward_signals.settings import RewardSignalConfigError
+from unity_sb3.algorithms.sac.buffers import MaskedDictReplayBuffer, MaskedReplayBuffer
+from unity_sb3.algorithms.sac.discrete import DISCRETE_TARGET_ENTROPY_SCALE, BranchedTrainingMixin
+from unity_sb3.algorithms.sac.policies import (
+    BranchedCnnPolicy,
+    BranchedMultiInputPolicy,
+    BranchedSACPolicy,
+)
+
+#: SB3's SAC policies (what "MlpPolicy" etc. name) -> their discrete/hybrid counterparts
+BRANCHED_POLICIES: dict[type, type] = {
+    SACPolicy: BranchedSACPolicy,
+    CnnPolicy: BranchedCnnPolicy,
+    MultiInputPolicy: BranchedMultiInputPolicy,
+}
+SUPPORTED_ACTION_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.Tuple)
 
 
 def widen_q_networks(critic: Any, n_heads: int) -> None:
-    """Give each Q network of an SB3 ``ContinuousCritic`` ``n_heads`` outputs (in place)."""
+    """Repeat each Q network's outputs for ``n_heads`` heads (in place): an SB3 ``ContinuousCritic``
+    gets ``n_heads`` outputs, a discrete critic ``n_heads * sum(branches)``."""
     for q_net in critic.q_networks:
         last = q_net[-1]
         if not isinstance(last, nn.Linear):
             raise RewardSignalConfigError(
                 f"reward_signals need Q networks ending in a Linear layer, got {type(last).__name__}."
             )
-        q_net[-1] = nn.Linear(last.in_features, n_heads).to(last.weight.device)
+        q_net[-1] = nn.Linear(last.in_features, n_heads * last.out_features).to(last.weight.device)
 
 
-class SAC(SignalsAndBCMixin, SB3SAC):
-    """SB3's SAC with ML-Agents reward signals and a BC hook (see the module docstring).
+class _OpenActionSpaces(OffPolicyAlgorithm):
+    """Sits between SB3's SAC and ``OffPolicyAlgorithm`` in the MRO: SB3's SAC declares ``Box``
+    as its only action space; the project's SAC takes discrete and hybrid ones too."""
+
+    def __init__(self, *args: Any, supported_action_spaces: Any = None, **kwargs: Any) -> None:
+        super().__init__(*args, supported_action_spaces=SUPPORTED_ACTION_SPACES, **kwargs)
+
+
+class SAC(BranchedTrainingMixin, SignalsAndBCMixin, SB3SAC, _OpenActionSpaces):
+    """SB3's SAC with ML-Agents reward signals, a BC hook and discrete/hybrid actions (see the module docstring).
 
     Takes every argument of :class:`stable_baselines3.SAC`, plus:
 
     :param reward_signals: ML-Agents style ``reward_signals`` dict, or ``None`` for plain SB3 SAC.
         A signal's ``gamma`` defaults to this algorithm's ``gamma``.
     :param behavioral_cloning: ML-Agents style BC settings, or ``None``.
+    :param discrete_target_entropy_scale: discrete actions only: each branch's target entropy is
+        this times ``log(branch size)`` (ML-Agents' 0.2). ``target_entropy`` (``"auto"``: ``-c``)
+        is the continuous part's.
     """
 
     def __init__(
@@ -72,6 +113,7 @@ class SAC(SignalsAndBCMixin, SB3SAC):
         *args: Any,
         reward_signals: dict | None = None,
         behavioral_cloning: dict | None = None,
+        discrete_target_entropy_scale: float = DISCRETE_TARGET_ENTROPY_SCALE,
         **kwargs: Any,
     ) -> None:
         self._init_signals_and_bc(reward_signals, behavioral_cloning)
@@ -79,10 +121,45 @@ class SAC(SignalsAndBCMixin, SB3SAC):
             raise RewardSignalConfigError(
                 "n-step replay (n_steps > 1) cannot be combined with reward_signals."
             )
-        super().__init__(policy, env, *args, **kwargs)
+        self.discrete_target_entropy_scale = float(discrete_target_entropy_scale)
+        init_setup_model = kwargs.pop("_init_setup_model", True)
+        super().__init__(policy, env, *args, _init_setup_model=False, **kwargs)
+        if init_setup_model:
+            self._setup_model()
+
+    def _use_branched_classes(self) -> None:
+        """The discrete policy and the masked replay buffer for a non-``Box`` action space."""
+        policy_class = BRANCHED_POLICIES.get(self.policy_class, self.policy_class)
+        if not (isinstance(policy_class, type) and issubclass(policy_class, BranchedSACPolicy)):
+            raise ValueError(
+                f"SAC with {self.action_space} actions needs a discrete policy ('MlpPolicy', 'CnnPolicy', "
+                f"'MultiInputPolicy' or a BranchedSACPolicy subclass), got {self.policy_class.__name__}."
+            )
+        self.policy_class = policy_class
+        if self.replay_buffer_class is None:
+            dict_obs = isinstance(self.observation_space, spaces.Dict)
+            self.replay_buffer_class = MaskedDictReplayBuffer if dict_obs else MaskedReplayBuffer
+        if not issubclass(self.replay_buffer_class, (MaskedReplayBuffer, MaskedDictReplayBuffer)):
+            raise ValueError(
+                f"SAC with discrete actions stores action masks: replay_buffer_class must be MaskedReplayBuffer "
+                f"or MaskedDictReplayBuffer (unity_sb3.algorithms.sac.buffers), got {self.replay_buffer_class.__name__}."
+            )
+        if self.n_steps > 1:
+            raise ValueError(
+                "n-step replay (n_steps > 1) is not supported with discrete actions; use n_steps=1."
+            )
 
     def _setup_model(self) -> None:
-        super()._setup_model()
+        self._branched = not isinstance(self.action_space, spaces.Box)
+        self._last_masks = self._next_masks = None
+        if self._branched:
+            self._use_branched_classes()
+            OffPolicyAlgorithm._setup_model(self)
+            self._create_aliases()
+            self.batch_norm_stats, self.batch_norm_stats_target = [], []
+            self._setup_branched_entropy()
+        else:
+            super()._setup_model()
         parsed = self._setup_signals(self.reward_signals)
         if parsed is not None:
             n_heads = len(self._heads)
@@ -106,9 +183,61 @@ class SAC(SignalsAndBCMixin, SB3SAC):
         self._setup_bc()
 
     def _excluded_save_params(self) -> list[str]:
-        return [*super()._excluded_save_params(), "_gammas", "_episodic"]
+        return [
+            *super()._excluded_save_params(),
+            "_gammas",
+            "_episodic",
+            "_last_masks",
+            "_next_masks",
+            "_target_entropy_tensor",
+        ]
+
+    def _setup_learn(self, *args: Any, **kwargs: Any) -> Any:
+        self._next_masks = None  # the env may be reset: ask it again
+        return super()._setup_learn(*args, **kwargs)
+
+    def _sample_action(
+        self, learning_starts: int, action_noise: Any = None, n_envs: int = 1
+    ) -> tuple[Any, Any]:
+        if self._branched:
+            return self._sample_branched_action(learning_starts, n_envs)
+        return super()._sample_action(learning_starts, action_noise, n_envs)
+
+    def _store_transition(
+        self,
+        replay_buffer: ReplayBuffer | DictReplayBuffer,
+        buffer_action: np.ndarray,
+        new_obs: Any,
+        reward: np.ndarray,
+        dones: np.ndarray,
+        infos: list[dict[str, Any]],
+    ) -> None:
+        if self._branched:
+            self._record_masks(replay_buffer, dones)
+        super()._store_transition(replay_buffer, buffer_action, new_obs, reward, dones, infos)
+
+    def predict(  # type: ignore[override]
+        self,
+        observation: np.ndarray | dict[str, np.ndarray],
+        state: tuple[np.ndarray, ...] | None = None,
+        episode_start: np.ndarray | None = None,
+        deterministic: bool = False,
+        action_masks: np.ndarray | None = None,
+    ) -> tuple[Any, tuple[np.ndarray, ...] | None]:
+        """SB3's ``predict``; with discrete actions ``action_masks`` ``(n, sum(branches))`` (True =
+        allowed) restrict the choice, as sb3-contrib's ``MaskablePPO.predict``."""
+        if self._branched:
+            return self.policy.predict(observation, state, episode_start, deterministic, action_masks)
+        if action_masks is not None and not np.all(action_masks):
+            raise ValueError(
+                f"action_masks are for discrete actions; this model's action space is {self.action_space}."
+            )
+        return super().predict(observation, state, episode_start, deterministic)
 
     def train(self, gradient_steps: int, batch_size: int = 64) -> None:
+        if self._branched:
+            self._train_branched(gradient_steps, batch_size)
+            return
         if self.signals is None:
             super().train(gradient_steps, batch_size)
             if self._bc is not None:  # plain SAC + BC: one BC update per gradient step
