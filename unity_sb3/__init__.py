@@ -32,6 +32,8 @@ _LAZY: dict[str, str] = {
     "PettingZooVecEnv": "unity_sb3.wrappers.pettingzoo_vec_env",
     "UnityMultiInputExtractor": "unity_sb3.networks.extractors",
     "UnityCnn": "unity_sb3.networks.extractors",
+    "LockstepUnity": "unity_sb3.wrappers.lockstep",
+    "MultiBehaviorTrainer": "unity_sb3.multi_behavior",
 }
 
 __all__ = ["__version__", *_LAZY]
