@@ -24,14 +24,14 @@ Asymmetric (two behaviors with their own models, one team each: StrikersVsGoalie
     callbacks = self_play_callbacks(lockstep, {"Striker": striker_settings, "Goalie": goalie_settings})
 
 gives one callback per behavior sharing one :class:`GhostController`. Only one behavior learns
-at a time: the other's learner pauses at its next rollout end (its view detached from the lockstep
-barrier, ``lockstep.detach(view)``) while its agents are answered by snapshots of its model; when
-its team learns again its view is re-attached (``lockstep.attach(view)``) and reset.
+at a time: ``set_learning_team`` parks the view of the other (its agents go to snapshots of its
+model from their next episode; its learner waits inside ``step()``, its ``num_timesteps`` still)
+until its team learns again.
 
 Differences from ML-Agents: ML-Agents resets the whole environment when the learning team changes;
-here agents change hands at their own episode ends (symmetric) or the resumed learner's view is
-reset (asymmetric). Step counts are the models' ``num_timesteps`` (slot steps), as the rest of
-unity-sb3 counts ML-Agents' steps.
+here agents change hands at their own episode ends, so the agents of the old learning team finish
+their episodes with the learning policy. Step counts are the models' ``num_timesteps`` (slot
+steps), as the rest of unity-sb3 counts ML-Agents' steps.
 """
 
 from __future__ import annotations
@@ -56,7 +56,6 @@ __all__ = ["ELO_TAG", "SelfPlayCallback", "self_play_callbacks", "self_play_stat
 ELO_TAG = "Self-play/ELO"
 #: suffix of the self-play state saved beside a checkpoint (pruned with it)
 STATE_SUFFIX = ".selfplay.pt"
-_PAUSE_POLL_S = 0.5
 
 
 def self_play_state_path(checkpoint: str | Path) -> Path:
@@ -69,8 +68,8 @@ def self_play_state_path(checkpoint: str | Path) -> Path:
 class SelfPlayCallback(BaseCallback):
     """ML-Agents' ghost trainer for one behavior's model (see the module doc).
 
-    :param lockstep: the ``LockstepUnity`` the model's env is a view of (needs ``behavior_names``,
-        ``team_of``, ``set_answerer``, ``set_learning_team``; ``detach``/``attach`` for the asymmetric case).
+    :param lockstep: the ``LockstepUnity`` the model's env is a view of (uses ``behavior_names``,
+        ``team_of``, ``set_answerer`` and ``set_learning_team``).
     :param behavior: the behavior the model learns: a base name (``"Tennis"``: every team of it) or
         a real name (``"Goalie?team=1"``).
     :param settings: ``SelfPlaySettings``, a ``self_play`` mapping, or ``None`` for ML-Agents' defaults.
@@ -156,8 +155,6 @@ class SelfPlayCallback(BaseCallback):
             self.state.start()
             self._seen_team = self.controller.learning_team
             self._apply_learning_team()
-        if not self.state.is_learning:
-            self._pause()
 
     def _on_step(self) -> bool:
         if self.state.is_learning:
@@ -170,17 +167,14 @@ class SelfPlayCallback(BaseCallback):
                 self._apply_learning_team()
         return True
 
-    def _on_rollout_end(self) -> None:
-        if not self.state.is_learning:
-            self._pause()
-
     def _on_training_end(self) -> None:
-        with self.controller.changed:
+        with self.controller.lock:
             self.state.finished = True
-            others = [b for b in self.controller.behaviors if not b.finished]
-            if self.state.is_learning and others:
+            # a behavior still training must not stay parked behind a learner that has ended
+            if self.state.is_learning and any(not b.finished for b in self.controller.behaviors):
                 self.controller.change_training_team(int(self.model.num_timesteps))
-            self.controller.changed.notify_all()
+                self._seen_team = self.controller.learning_team
+                self._apply_learning_team()
 
     # ------------------------------------------------------------------ internals
     def _answerer(self, team: int) -> Any:
@@ -190,9 +184,14 @@ class SelfPlayCallback(BaseCallback):
         return answer
 
     def _apply_learning_team(self) -> None:
-        """Point the lockstep's learning team of this base name at the controller's (symmetric)."""
-        if self.controller.learning_team in self.state.teams:
-            self.lockstep.set_learning_team(self.base_name, self.controller.learning_team)
+        """Give the lockstep the controller's learning team for every behavior of the controller.
+
+        Symmetric: the view of the base name takes the learning team's agents at their next episode.
+        Asymmetric: the view of a behavior whose team does not learn is parked (its agents go to its
+        ghost from their next episode; its learner waits inside ``step()``) until its team learns.
+        """
+        for behavior in self.controller.behaviors:
+            self.lockstep.set_learning_team(behavior.name.partition("?")[0], self.controller.learning_team)
 
     def _record_results(self) -> None:
         dones = np.asarray(self.locals.get("dones", ()), dtype=bool)
@@ -209,35 +208,6 @@ class SelfPlayCallback(BaseCallback):
             group = 0.0 if self._add_group_reward else float(infos[i].get("group_reward", 0.0))
             elo = self.state.record_episode(float(rewards[i]), group)
             self.logger.record_mean(ELO_TAG, elo)
-
-    def _pause(self) -> None:
-        """Stand aside while another behavior learns: view detached, agents answered by ghosts."""
-        if self._others_finished():
-            return
-        for method in ("detach", "attach"):
-            if not hasattr(self.lockstep, method):
-                raise NotImplementedError(
-                    f"asymmetric self-play pauses the learner of {self.behavior!r} while the other behavior "
-                    f"learns; the lockstep coordinator must offer {method}(view)"
-                )
-        self.lockstep.detach(self._view)
-        with self.controller.changed:
-            while not self.state.is_learning and not self._others_finished():
-                if self.controller.error is not None:
-                    raise RuntimeError(
-                        f"self-play of {self.behavior!r} stopped: another learner failed"
-                    ) from self.controller.error
-                self.controller.changed.wait(_PAUSE_POLL_S)
-            self._seen_team = self.controller.learning_team
-        self.lockstep.attach(self._view)
-        self._apply_learning_team()
-        self.model._last_obs = self.training_env.reset()
-        self.model._last_episode_starts = np.ones((self.training_env.num_envs,), dtype=bool)
-        if self._normalize is not None:
-            self.model._last_original_obs = self._normalize.get_original_obs()
-
-    def _others_finished(self) -> bool:
-        return all(b.finished for b in self.controller.behaviors if b is not self.state)
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict[str, Any]:

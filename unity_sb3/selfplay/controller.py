@@ -71,18 +71,9 @@ class GhostController:
         self._queue: deque[int] = deque(maxlen=max_teams)
         self._learning_team = -1
         self._behaviors: dict[int, SelfPlayBehavior] = {}
-        #: held while a learner applies the rules (learner threads may overlap at a team change)
+        #: held while a learner applies the rules (learner threads of an asymmetric game overlap)
         self.lock = threading.RLock()
-        #: notified when the learning team changes or a learner ends (paused learners wait on it)
-        self.changed = threading.Condition(self.lock)
         self.team_changes = 0
-        self.error: BaseException | None = None
-
-    def abort(self, error: BaseException) -> None:
-        """Wake every paused learner with ``error`` (another learner failed)."""
-        with self.changed:
-            self.error = error
-            self.changed.notify_all()
 
     @property
     def learning_team(self) -> int:
@@ -120,12 +111,11 @@ class GhostController:
         :param step: the learner step that triggered the change (for the record).
         :return: the new learning team.
         """
-        with self.changed:
+        with self.lock:
             if self._queue:
                 self._queue.append(self._learning_team)
                 self._learning_team = self._queue.popleft()
             self.team_changes += 1
-            self.changed.notify_all()
         return self._learning_team
 
     def opponent_elo(self) -> float:
@@ -163,12 +153,11 @@ class GhostController:
             raise ValueError(
                 f"the saved self-play state has teams {sorted(teams)} but this run has {sorted(self._behaviors)}"
             )
-        with self.changed:
+        with self.lock:
             self._learning_team = int(state["learning_team"])
             self._queue.clear()
             self._queue.extend(int(t) for t in state["queue"])
             self.team_changes = int(state.get("team_changes", 0))
-            self.changed.notify_all()
 
 
 class SelfPlayBehavior:
