@@ -34,6 +34,9 @@ SCENES: dict[str, str] = {
     "Escape": "unity_sb3.scenes.escape:Escape",
     "PyramidsLite": "unity_sb3.scenes.pyramids:PyramidsLite",
     "Basic": "unity_sb3.scenes.basic:Basic",
+    "Sorter": "unity_sb3.scenes.sorter:Sorter",
+    "SoccerTwos": "unity_sb3.scenes.soccer:SoccerTwos",
+    "StrikersVsGoalie": "unity_sb3.scenes.strikers_vs_goalie:StrikersVsGoalie",
 }
 
 __all__ = ["SCENES", "EmbeddedScene", "describe_scene", "list_scenes", "make_scene", "scene_class"]
