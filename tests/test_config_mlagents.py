@@ -40,7 +40,8 @@ def test_3dball_ppo_mapping() -> None:
     h = run.hyperparams
     assert (run.behavior, run.algo, run.n_timesteps) == ("3DBall", "ppo", 500_000)
     assert h["batch_size"] == 64 and h["mlagents_per_slot"] == {"buffer_size": 12000}
-    assert h["ent_coef"] == 0.001 and h["gae_lambda"] == 0.99 and h["n_epochs"] == 3 and h["gamma"] == 0.99
+    assert h["ent_coef"] == "lin_0.001_1e-05"  # beta_schedule follows the linear learning rate
+    assert h["gae_lambda"] == 0.99 and h["n_epochs"] == 3 and h["gamma"] == 0.99
     assert h["learning_rate"] == "lin_0.0003_1e-10" and h["clip_range"] == "lin_0.2_0.1"
     assert run.normalize == {"norm_obs": True, "norm_reward": False}
     assert "reward_signals" not in h  # extrinsic only at strength 1: plain SB3 PPO
@@ -48,7 +49,7 @@ def test_3dball_ppo_mapping() -> None:
         "dict(net_arch=[128, 128], activation_fn=nn.SiLU, features_extractor_class=UnityMultiInputExtractor,"
         " features_extractor_kwargs=dict(encoder='simple'))"
     )
-    assert {"time_horizon", "hyperparameters.beta_schedule"} <= _unhonored(run)
+    assert "time_horizon" in _unhonored(run) and "hyperparameters.beta_schedule" not in _unhonored(run)
     assert not {"summary_freq", "keep_checkpoints"} & _unhonored(run)
     assert run.cadence == {"keep_checkpoints": 5, "summary_freq": 12000}
     assert "hyperparameters.batch_size" not in _unhonored(run)
@@ -157,7 +158,9 @@ def test_schedules_and_policy_kwargs_resolved() -> None:
     with pytest.raises(MLAgentsConfigError, match="lin_<start>"):
         resolve_schedule("lin_a_b_c")
     with pytest.raises(MLAgentsConfigError, match="ent_coef cannot be a schedule"):
-        prepare_model_args("ppo", "MlpPolicy", {"ent_coef": "lin_0.1"}, _env(1))
+        prepare_model_args("a2c", "MlpPolicy", {"ent_coef": "lin_0.1"}, _env(1))
+    _, kwargs = prepare_model_args("ppo", "MlpPolicy", {"ent_coef": "lin_0.1_0.01"}, _env(1))
+    assert kwargs["ent_coef"](0.0) == pytest.approx(0.01)  # unity_sb3.PPO takes an ent_coef schedule
 
 
 @pytest.mark.parametrize(
@@ -229,12 +232,12 @@ def test_default_settings_fill_a_behavior() -> None:
     }
     run = convert_mlagents_config(data)
     assert (
-        run.hyperparams["ent_coef"] == 0.02
+        run.hyperparams["ent_coef"] == "lin_0.02_1e-05"
         and run.hyperparams["batch_size"] == 32
         and run.n_timesteps == 1000
     )
     other = convert_mlagents_config(data, behavior="Other?team=0")  # not listed: default_settings
-    assert other.behavior == "Other" and other.hyperparams["ent_coef"] == 0.02
+    assert other.behavior == "Other" and other.hyperparams["ent_coef"] == "lin_0.02_1e-05"
 
 
 def test_several_behaviors_need_a_choice() -> None:

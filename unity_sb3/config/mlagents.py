@@ -43,6 +43,7 @@ from typing import Any
 
 import yaml
 
+from unity_sb3 import validation
 from unity_sb3.config.mlagents_schema import (
     CHECKPOINT_KEYS,
     ENGINE_KEYS,
@@ -140,6 +141,7 @@ def convert_mlagents_config(
     config: str | Path | Mapping[str, Any],
     behavior: str | None = None,
     env: str | None = None,
+    demo_path: str | Path | None = None,
 ) -> MLAgentsRun:
     """Map one behavior of an ML-Agents trainer config onto a unity-sb3 algorithm.
 
@@ -147,6 +149,10 @@ def convert_mlagents_config(
     :param behavior: the behavior to train (name with or without ``?team=``); default: the only
         one, or the one the embedded scene ``env`` has.
     :param env: the scene or build the run uses (only to pick the behavior).
+    :param demo_path: a ``.demo`` file or folder that replaces every ``demo_path`` of the
+        behavior (GAIL and behavioral cloning), e.g. when Unity's configs point into a Unity
+        project that is not here. Whether the demos exist is not checked here
+        (:meth:`MLAgentsRun.missing_demos`; :func:`load_mlagents_hyperparams` refuses missing ones).
     :return: the mapped run; nothing is printed or warned here (see
         :func:`load_mlagents_hyperparams`).
     :raises MLAgentsConfigError: unknown keys (with the closest valid one), bad values, or a
@@ -185,11 +191,33 @@ def convert_mlagents_config(
         _map_sac(m, hyper, gamma, where)
     else:
         _map_on_policy(m, hyper, gamma, where)
-    _map_network(m, network, where)
+    _map_network(m, network, where, shared_critic=_shared_critic(hyper, trainer_type, where))
     _map_behavioral_cloning(m, settings.get("behavioral_cloning"), where)
     _map_trainer_misc(m, settings)
     _map_top_level(m, data)
+    if demo_path is not None:
+        _override_demo_path(m, str(demo_path))
     return m.run
+
+
+def _shared_critic(hyper: Mapping[str, Any], trainer_type: str, where: str) -> bool:
+    if "shared_critic" not in hyper:
+        return False
+    return validation.flag(
+        hyper["shared_critic"], f"{where}.hyperparameters.shared_critic", MLAgentsConfigError
+    )
+
+
+def _override_demo_path(m: _Mapper, demo_path: str) -> None:
+    """Point every demo the run uses (GAIL, behavioral cloning) at ``demo_path``."""
+    for source, settings in m.run.demo_settings():
+        m.row(
+            f"{source}.demo_path",
+            settings["demo_path"],
+            f"demo_path={demo_path!r}",
+            "overridden by demo_path=",
+        )
+        settings["demo_path"] = demo_path
 
 
 def _map_top_level(m: _Mapper, data: Mapping[str, Any]) -> None:
@@ -307,12 +335,24 @@ def load_mlagents_hyperparams(
     behavior: str | None = None,
     env: str | None = None,
     verbose: bool = True,
+    demo_path: str | Path | None = None,
 ) -> dict[str, Any]:
     """Convert an ML-Agents config for ``unity-sb3 train``: print the table, warn per unhonored setting.
 
+    :param demo_path: replaces every ``demo_path`` of the behavior (see :func:`convert_mlagents_config`).
     :return: :meth:`MLAgentsRun.as_hyperparams` (includes ``algo``).
+    :raises MLAgentsConfigError: as :func:`convert_mlagents_config`, and when a demo the run
+        uses does not exist (before Unity is opened).
     """
-    run = convert_mlagents_config(config, behavior=behavior, env=env)
+    run = convert_mlagents_config(config, behavior=behavior, env=env, demo_path=demo_path)
+    missing = run.missing_demos()
+    if missing:
+        listed = "; ".join(f"{source}.demo_path={path!r}" for source, path in missing)
+        raise MLAgentsConfigError(
+            f"demonstrations not found: {listed} (relative paths are read from the working directory "
+            f"{Path.cwd()}, as mlagents-learn does). Copy the .demo files there, edit demo_path in the "
+            "YAML, or pass demo_path= to load_mlagents_hyperparams / convert_mlagents_config."
+        )
     if verbose:
         print(run.table())
     for row in run.unhonored:

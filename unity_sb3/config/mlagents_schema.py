@@ -158,6 +158,9 @@ VIS_ENCODE_TYPES = ("simple", "nature_cnn", "resnet", "match3", "fully_connected
 SCHEDULE_TYPES = ("linear", "constant")
 
 
+CONDITIONING_TYPES = ("hyper", "none")
+
+
 # ML-Agents' floors for linear decay (DecayedValue min values in the PPO/POCA optimizers)
 SCHEDULE_FLOORS = {"learning_rate": 1e-10, "epsilon": 0.1, "beta": 1e-5}
 
@@ -232,6 +235,28 @@ class MLAgentsRun:
         """Whether crashed Unity instances are re-opened: as ML-Agents, when the config gives a
         restart setting and ``max_lifetime_restarts`` is not 0 (its default is 10)."""
         return bool(self.restarts) and self.restarts.get("max_restarts", 10) != 0
+
+    def demo_settings(self) -> list[tuple[str, dict[str, Any]]]:
+        """The settings that read demonstrations, as ``(ML-Agents key, settings dict)``: GAIL's
+        reward signal and the BC term, when the run uses them."""
+        out = []
+        gail = (self.hyperparams.get("reward_signals") or {}).get("gail")
+        if gail and gail.get("demo_path") is not None:
+            out.append(("reward_signals.gail", gail))
+        bc = self.hyperparams.get("behavioral_cloning")
+        if bc and bc.get("demo_path") is not None:
+            out.append(("behavioral_cloning", bc))
+        return out
+
+    def missing_demos(self) -> list[tuple[str, str]]:
+        """``(ML-Agents key, demo_path)`` of every demo the run reads that does not exist."""
+        from pathlib import Path
+
+        return [
+            (source, str(settings["demo_path"]))
+            for source, settings in self.demo_settings()
+            if not Path(str(settings["demo_path"])).exists()
+        ]
 
     @property
     def unhonored(self) -> list[MappedSetting]:

@@ -9,11 +9,13 @@ from unity_sb3 import validation
 from unity_sb3.config.mlagents_schema import (
     _CADENCE,
     BC_KEYS,
+    CONDITIONING_TYPES,
     MEMORY_DEFAULTS,
     SCHEDULE_FLOORS,
     SCHEDULE_TYPES,
     SIGNAL_NAMES,
     VIS_ENCODE_TYPES,
+    MappedSetting,
     MLAgentsConfigError,
     _check_keys,
     _choice,
@@ -129,16 +131,15 @@ def _map_on_policy(m: _Mapper, hyper: dict[str, Any], gamma: float, where: str) 
     )
     out["clip_range"] = _schedule(epsilon, "epsilon", eps_schedule)
     m.row("hyperparameters.epsilon_schedule", eps_schedule, f"clip_range={out['clip_range']!r}")
-    out["ent_coef"] = beta
-    if beta_schedule == "linear" and beta > 0:
-        m.ignore(
-            "hyperparameters.beta_schedule",
-            "linear" if hyper["beta_schedule"] else "linear (follows learning_rate_schedule)",
-            f"SB3 PPO's ent_coef is a constant; it stays at {beta}",
-            f"ent_coef={beta}",
-        )
-    if hyper.get("shared_critic"):
-        m.ignore("hyperparameters.shared_critic", True, "SB3 PPO keeps separate actor and critic networks")
+    out["ent_coef"] = _schedule(beta, "beta", beta_schedule)
+    m.row(
+        "hyperparameters.beta_schedule",
+        beta_schedule if hyper["beta_schedule"] else f"{beta_schedule} (follows learning_rate_schedule)",
+        f"ent_coef={out['ent_coef']!r}",
+        "unity_sb3.PPO decays ent_coef over max_steps to ML-Agents' floor"
+        if beta_schedule == "linear"
+        else "",
+    )
 
 
 def _map_sac(m: _Mapper, hyper: dict[str, Any], gamma: float, where: str) -> None:
@@ -202,20 +203,68 @@ def _map_sac(m: _Mapper, hyper: dict[str, Any], gamma: float, where: str) -> Non
         )
 
 
-def _map_network(m: _Mapper, network: dict[str, Any], where: str) -> None:
+def _map_network(m: _Mapper, network: dict[str, Any], where: str, shared_critic: bool = False) -> None:
+    """Network settings -> ``policy_kwargs`` (and RecurrentPPO for ``memory``), ``normalize``,
+    ``mlagents_network`` (goal conditioning, resolved against the env).
+
+    ML-Agents' network body (``num_layers`` x ``hidden_units``, Swish) is SB3's ``net_arch``, except
+    where it must sit before an LSTM or be shared by actor and critic: then it moves into
+    :class:`~unity_sb3.networks.extractors.UnityMultiInputExtractor` (``hidden_layers``) and
+    ``net_arch`` is ``dict(pi=[], vf=[])``.
+    """
     n = f"{where}.network_settings"
     units = _number(network["hidden_units"], f"{n}.hidden_units", 1, integer=True)
     layers = _number(network["num_layers"], f"{n}.num_layers", 0, integer=True)
     arch = [units] * layers
-    extra = ""
-    if m.run.trainer_type == "poca":
-        extra = f", critic_net_arch={arch}, critic_embed_dim={units}"
-    m.run.hyperparams["policy_kwargs"] = f"dict(net_arch={arch}, activation_fn=nn.SiLU{extra})"
+    vis = _choice(network["vis_encode_type"], VIS_ENCODE_TYPES, f"{n}.vis_encode_type")
+    memory = network["memory"]
+    size = 0
+    if memory is not None:
+        _check_keys(memory, tuple(MEMORY_DEFAULTS), f"{n}.memory")
+        mem = {**MEMORY_DEFAULTS, **memory}
+        size = _number(mem["memory_size"], f"{n}.memory.memory_size", 2, integer=True)
+        _number(mem["sequence_length"], f"{n}.memory.sequence_length", 1, integer=True)
+        if size % 2:
+            raise MLAgentsConfigError(
+                f"{n}.memory.memory_size must be even (LSTM hidden + cell state), got {size}."
+            )
+    trainer = m.run.trainer_type
+    recurrent = memory is not None and trainer == "ppo"
+    shared = shared_critic and trainer == "ppo"
+    extractor = {"encoder": repr(vis)}
+    policy: dict[str, str] = {}
+    if recurrent or shared:
+        policy["net_arch"] = "dict(pi=[], vf=[])"
+        extractor["hidden_layers"] = repr(arch)
+    else:
+        policy["net_arch"] = repr(arch)
+    policy["activation_fn"] = "nn.SiLU"
+    if trainer == "poca":
+        policy.update(critic_net_arch=repr(arch), critic_embed_dim=repr(units))
+    policy["features_extractor_class"] = "UnityMultiInputExtractor"
+    policy["features_extractor_kwargs"] = "dict(" + ", ".join(f"{k}={v}" for k, v in extractor.items()) + ")"
+    if shared:
+        policy["share_features_extractor"] = "True"
+    elif recurrent:
+        policy["share_features_extractor"] = "False"
+    if recurrent:
+        policy["lstm_hidden_size"] = repr(size // 2)
+        if shared:
+            policy.update(shared_lstm="True", enable_critic_lstm="False")
+    m.run.hyperparams["policy_kwargs"] = "dict(" + ", ".join(f"{k}={v}" for k, v in policy.items()) + ")"
+    body_note = (
+        "ML-Agents' body inside the features extractor (hidden_layers), before the LSTM"
+        if recurrent
+        else "one body shared by actor and critic (shared_critic)"
+        if shared
+        else "separate actor and critic layers, as ML-Agents (the observation encoders are shared)"
+    )
     m.row(
         "network_settings.hidden_units/num_layers",
         f"{units} x {layers}",
-        f"policy_kwargs net_arch={arch}",
-        "separate actor and critic, as ML-Agents",
+        f"policy_kwargs net_arch={policy['net_arch']}"
+        + (f", hidden_layers={arch}" if recurrent or shared else ""),
+        body_note,
     )
     m.row("(ML-Agents uses Swish)", None, "activation_fn=nn.SiLU")
     normalize = validation.flag(network["normalize"], f"{n}.normalize", MLAgentsConfigError)
@@ -229,63 +278,90 @@ def _map_network(m: _Mapper, network: dict[str, Any], where: str) -> None:
         )
     else:
         m.row("network_settings.normalize", False, "no VecNormalize")
-    vis = _choice(network["vis_encode_type"], VIS_ENCODE_TYPES, f"{n}.vis_encode_type")
-    m.run.hyperparams["policy_kwargs"] = (
-        m.run.hyperparams["policy_kwargs"][:-1]
-        + f", features_extractor_class=UnityMultiInputExtractor, features_extractor_kwargs=dict(encoder={vis!r}))"
-    )
     m.row(
         "network_settings.vis_encode_type",
         vis,
         f"UnityMultiInputExtractor(encoder={vis!r})",
         "ML-Agents' encoder for every image observation; vectors are concatenated as they are",
     )
-    memory = network["memory"]
-    if memory is not None:
-        _check_keys(memory, tuple(MEMORY_DEFAULTS), f"{n}.memory")
-        mem = {**MEMORY_DEFAULTS, **memory}
-        size = _number(mem["memory_size"], f"{n}.memory.memory_size", 2, integer=True)
-        if size % 2:
-            raise MLAgentsConfigError(
-                f"{n}.memory.memory_size must be even (LSTM hidden + cell state), got {size}."
-            )
-        if m.run.trainer_type != "ppo":
-            m.ignore(
-                "network_settings.memory",
-                _short(memory),
-                f"no recurrent {m.run.trainer_type.upper()} in unity-sb3; the policy has no memory",
+    if shared_critic:
+        if shared:
+            m.row(
+                "hyperparameters.shared_critic",
+                True,
+                "net_arch=dict(pi=[], vf=[]), share_features_extractor=True"
+                + (", shared_lstm=True" if recurrent else ""),
+                "policy and value heads on one network body, as ML-Agents' SharedActorCritic",
             )
         else:
-            m.run.algo = "recurrent_ppo"
-            m.run.hyperparams["policy_kwargs"] = (
-                m.run.hyperparams["policy_kwargs"][:-1] + f", lstm_hidden_size={size // 2})"
-            )
-            m.row(
-                "network_settings.memory.memory_size",
-                size,
-                f"recurrent_ppo, lstm_hidden_size={size // 2}",
-                "ML-Agents' memory holds the LSTM's hidden and cell state",
-            )
-            m.ignore(
-                "network_settings.memory.sequence_length",
-                mem["sequence_length"],
-                "RecurrentPPO backpropagates through whole rollout sequences, not fixed-length chunks",
-            )
-            for key in ("reward_signals", "behavioral_cloning"):
-                if key in m.run.hyperparams:
-                    m.run.hyperparams.pop(key)
-                    m.ignore(
-                        key,
-                        "...",
-                        "sb3-contrib's RecurrentPPO has no reward signals or BC term; only the extrinsic reward is used",
-                    )
-    for key in ("goal_conditioning_type", "conditioning_type"):
-        if network[key] != "hyper":
-            m.ignore(
-                f"network_settings.{key}", network[key], "goal signals are plain observations in SB3 policies"
-            )
+            m.ignore("hyperparameters.shared_critic", True, f"{trainer.upper()}'s critic is its own network")
+    if memory is not None:
+        _map_memory(m, memory, size, recurrent)
+    _map_goal_conditioning(m, network, units, n)
     if network["deterministic"]:
         m.ignore("network_settings.deterministic", True, "use deterministic=True when predicting/evaluating")
+
+
+def _map_memory(m: _Mapper, memory: Mapping[str, Any], size: int, recurrent: bool) -> None:
+    """``network_settings.memory`` -> sb3-contrib's RecurrentPPO (PPO only)."""
+    mem = {**MEMORY_DEFAULTS, **memory}
+    if not recurrent:
+        m.ignore(
+            "network_settings.memory",
+            _short(memory),
+            f"no recurrent {m.run.trainer_type.upper()} in unity-sb3; the policy has no memory",
+        )
+        return
+    m.run.algo = "recurrent_ppo"
+    m.row(
+        "network_settings.memory.memory_size",
+        size,
+        f"recurrent_ppo (MlpLstmPolicy / CnnLstmPolicy / MultiInputLstmPolicy), lstm_hidden_size={size // 2}",
+        "ML-Agents' memory holds the LSTM's hidden and cell state; actor and critic have their own LSTM",
+    )
+    m.ignore(
+        "network_settings.memory.sequence_length",
+        mem["sequence_length"],
+        "RecurrentPPO backpropagates through each minibatch's runs of consecutive steps of one agent "
+        "(up to batch_size steps, cut at episode starts), from the LSTM state stored while acting",
+    )
+    out = m.run.hyperparams
+    for key in ("reward_signals", "behavioral_cloning"):
+        if key in out:
+            out.pop(key)
+            m.ignore(
+                key,
+                "...",
+                "sb3-contrib's RecurrentPPO has no reward signals or BC term; only the extrinsic reward is used",
+            )
+    ent_coef = out.get("ent_coef")
+    if isinstance(ent_coef, str):  # a lin_<start>_<floor> schedule: RecurrentPPO takes a number
+        start = float(ent_coef.split("_")[1])
+        out["ent_coef"] = start
+        for i, row in enumerate(m.run.rows):
+            if row.source == "hyperparameters.beta_schedule":
+                m.run.rows[i] = MappedSetting(
+                    row.source,
+                    row.value,
+                    f"ent_coef={start}",
+                    f"sb3-contrib's RecurrentPPO takes a constant ent_coef; it stays at {start}",
+                    honored=False,
+                )
+
+
+def _map_goal_conditioning(m: _Mapper, network: Mapping[str, Any], units: int, n: str) -> None:
+    """``goal_conditioning_type`` -> ``hyperparams["mlagents_network"]``, resolved when Unity is open."""
+    given = [key for key in ("goal_conditioning_type", "conditioning_type") if network[key] != "hyper"]
+    key = given[0] if given else "goal_conditioning_type"
+    value = _choice(network[key], CONDITIONING_TYPES, f"{n}.{key}")
+    m.run.hyperparams["mlagents_network"] = {"goal_conditioning_type": value, "hidden_units": units}
+    if value == "hyper":
+        target = f"UnityMultiInputExtractor(goal_keys=<the scene's goal signals>, goal_hidden_dim={units})"
+        note = "goal-signal observations condition the others (hypernetwork); resolved when Unity is open"
+    else:
+        target = "goal signals concatenated with the other observations"
+        note = "as ML-Agents' none"
+    m.row(f"network_settings.{key}", value, target, note)
 
 
 def _map_behavioral_cloning(m: _Mapper, bc: Any, where: str) -> None:

@@ -32,15 +32,28 @@ def resolve_schedule(value: Any) -> Any:
     return FloatSchedule(LinearSchedule(start, end, 1.0))
 
 
-def _auto_policy(observation_space: Any) -> str:
+# algorithms whose policies carry an LSTM: "auto" picks their Lstm policy names
+_RECURRENT_ALGOS = ("recurrent_ppo",)
+
+# ``ent_coef`` may be a schedule for these (the project's PPO and POCA); SB3's others take a number
+_ENT_COEF_SCHEDULE_ALGOS = ("ppo", "poca")
+
+
+def _auto_policy(observation_space: Any, algo: str = "") -> str:
+    """SB3's policy name for ``observation_space``: Mlp, Cnn or MultiInput (``...LstmPolicy`` for
+    recurrent algorithms such as sb3-contrib's RecurrentPPO)."""
     from gymnasium import spaces
     from stable_baselines3.common.preprocessing import is_image_space
 
     if isinstance(observation_space, spaces.Dict):
-        return "MultiInputPolicy"
-    if is_image_space(observation_space):
-        return "CnnPolicy"
-    return "MlpPolicy"
+        name = "MultiInputPolicy"
+    elif is_image_space(observation_space):
+        name = "CnnPolicy"
+    else:
+        name = "MlpPolicy"
+    if algo.lower().replace("-", "_") in _RECURRENT_ALGOS:
+        name = name.replace("Policy", "LstmPolicy")
+    return name
 
 
 def prepare_model_args(
@@ -50,8 +63,10 @@ def prepare_model_args(
 
     Resolves ``mlagents_per_slot`` against ``env.num_envs`` (PPO/POCA/RecurrentPPO
     ``buffer_size`` -> ``n_steps``; SAC ``steps_per_update`` -> ``train_freq`` and
-    ``gradient_steps``), linear schedule strings, ``policy_kwargs`` strings and
-    ``policy="auto"``.
+    ``gradient_steps``), linear schedule strings, ``policy_kwargs`` strings,
+    ``policy="auto"`` (``...LstmPolicy`` for RecurrentPPO) and ``mlagents_network`` (ML-Agents'
+    goal conditioning against the env's goal-signal observations, see
+    :func:`unity_sb3.config.mlagents_network.resolve_mlagents_network`).
 
     :param algo: algorithm name.
     :param policy: policy name or class; ``"auto"`` picks from the observation space.
@@ -81,13 +96,14 @@ def prepare_model_args(
             f"steps_per_update {per_update:g} with {n_slots} slots -> train_freq={kwargs['train_freq']}, "
             f"gradient_steps={kwargs['gradient_steps']}"
         )
+    network = kwargs.pop("mlagents_network", None)
     for key in SCHEDULE_KEYS:
         if key in kwargs:
             if (
                 key == "ent_coef"
                 and isinstance(kwargs[key], str)
                 and kwargs[key].startswith("lin_")
-                and algo != "poca"
+                and algo not in _ENT_COEF_SCHEDULE_ALGOS
             ):
                 raise MLAgentsConfigError(
                     f"{algo}: ent_coef cannot be a schedule ({kwargs[key]!r}); give a number."
@@ -96,7 +112,11 @@ def prepare_model_args(
     if isinstance(kwargs.get("policy_kwargs"), str):
         kwargs["policy_kwargs"] = parse_policy_kwargs(kwargs["policy_kwargs"])
     if policy == "auto":
-        policy = _auto_policy(env.observation_space)
+        policy = _auto_policy(env.observation_space, algo)
+    if network is not None:
+        from unity_sb3.config.mlagents_network import resolve_mlagents_network
+
+        resolve_mlagents_network(network, kwargs, env)
     _check_hyperparameter_names(algo, kwargs)
     return policy, kwargs
 

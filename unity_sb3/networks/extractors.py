@@ -264,8 +264,12 @@ class UnityMultiInputExtractor(BaseFeaturesExtractor):
     :param goal_keys: keys of goal-signal observations (1-D) that condition the features; empty:
         none (every observation is concatenated).
     :param goal_hidden_dim: output size of the goal-conditioned layer (then ``features_dim``).
+    :param hidden_layers: sizes of dense Swish layers applied last (ML-Agents' network body of
+        ``num_layers`` x ``hidden_units``), so that the body can sit before an LSTM or be shared by
+        actor and critic (``net_arch=dict(pi=[], vf=[])``); empty: none (``features_dim`` is the
+        concatenation's, or ``goal_hidden_dim``).
     :raises ValueError: as :class:`UnityCnn`, naming the observation key; for unknown or
-        non-vector goal keys, or goal keys that leave nothing to condition.
+        non-vector goal keys, goal keys that leave nothing to condition, or non-positive layer sizes.
     """
 
     def __init__(
@@ -275,8 +279,12 @@ class UnityMultiInputExtractor(BaseFeaturesExtractor):
         cnn_output_dim: int = 128,
         goal_keys: Sequence[str] = (),
         goal_hidden_dim: int = 128,
+        hidden_layers: Sequence[int] = (),
     ) -> None:
         _check_encoder(encoder)
+        hidden_layers = list(hidden_layers)
+        if not all(isinstance(n, int) and n > 0 for n in hidden_layers):
+            raise ValueError(f"hidden_layers must be positive integers (layer sizes), got {hidden_layers!r}.")
         if isinstance(observation_space, spaces.Dict):
             subspaces = dict(observation_space.spaces)
         elif isinstance(observation_space, spaces.Box):
@@ -324,6 +332,11 @@ class UnityMultiInputExtractor(BaseFeaturesExtractor):
             goal_dim = sum(get_flattened_obs_dim(subspaces[k]) for k in self.goal_keys)
             self.conditioning = HyperLinear(total, goal_dim, goal_hidden_dim)
             total = goal_hidden_dim
+        layers: list[nn.Module] = []
+        for size in hidden_layers:
+            layers += [nn.Linear(total, size), _Swish()]
+            total = size
+        self.body = nn.Sequential(*layers) if layers else None
         self._features_dim = total
 
     def forward(self, observations: th.Tensor | dict[str, th.Tensor]) -> th.Tensor:
@@ -337,7 +350,7 @@ class UnityMultiInputExtractor(BaseFeaturesExtractor):
             inputs = [observations[key] for key in self.keys]  # type: ignore[index]
         parts = [extractor(x) for extractor, x in zip(self.extractors.values(), inputs)]
         features = th.cat([p.float() for p in parts], dim=1)
-        if self.conditioning is None:
-            return features
-        goal = th.cat([observations[k].float().flatten(1) for k in self.goal_keys], dim=1)  # type: ignore[index]
-        return self.conditioning(features, goal)
+        if self.conditioning is not None:
+            goal = th.cat([observations[k].float().flatten(1) for k in self.goal_keys], dim=1)  # type: ignore[index]
+            features = self.conditioning(features, goal)
+        return features if self.body is None else self.body(features)

@@ -31,6 +31,10 @@ With ``reward_signals`` it does what ML-Agents' PPO does:
   terminal one). When a rollout ends while a slot waits, that step's next value is unknown and its
   own value stands in for it.
 
+``ent_coef`` may be a schedule of the progress remaining (1 -> 0), as ``learning_rate`` and
+``clip_range`` are in SB3: ML-Agents' ``beta_schedule: linear`` decays the entropy coefficient
+that way. It is evaluated once per update, before the epochs, and logged as ``train/ent_coef``.
+
 ``behavioral_cloning``: see :func:`unity_sb3.algorithms.mixin.make_bc_module`; PPO calls the BC
 module's ``update()`` once after each policy update (as ML-Agents) and logs under
 ``behavioral_cloning/``.
@@ -49,6 +53,7 @@ import numpy as np
 import torch as th
 from gymnasium import spaces
 from stable_baselines3 import PPO as SB3PPO
+from stable_baselines3.common.type_aliases import Schedule
 from stable_baselines3.common.utils import explained_variance
 from torch import nn
 
@@ -88,7 +93,11 @@ class PPO(SignalsAndBCMixin, SignalRolloutsMixin, SB3PPO):
         ``{"extrinsic": {}}`` so that its inactive placeholder steps stay out of the losses.
         A signal's ``gamma`` defaults to this algorithm's ``gamma``.
     :param behavioral_cloning: ML-Agents style BC settings for a BC term during training, or ``None``.
+    :param ent_coef: (keyword) the entropy coefficient, or a schedule of the progress remaining
+        (1 at the start, 0 at the end) giving it, e.g. ML-Agents' linear ``beta`` decay.
     """
+
+    ent_coef_schedule: Schedule | None = None  # class default: models saved before it existed load
 
     def __init__(
         self,
@@ -100,6 +109,9 @@ class PPO(SignalsAndBCMixin, SignalRolloutsMixin, SB3PPO):
         **kwargs: Any,
     ) -> None:
         self._init_signals_and_bc(reward_signals, behavioral_cloning)
+        if callable(kwargs.get("ent_coef")):
+            self.ent_coef_schedule = kwargs["ent_coef"]
+            kwargs["ent_coef"] = float(self.ent_coef_schedule(1.0))
         self._last_active = None
         if reward_signals is not None and kwargs.get("rollout_buffer_class") is not None:
             raise RewardSignalConfigError(
@@ -130,6 +142,9 @@ class PPO(SignalsAndBCMixin, SignalRolloutsMixin, SB3PPO):
         self._setup_bc()
 
     def train(self) -> None:
+        if self.ent_coef_schedule is not None:
+            self.ent_coef = float(self.ent_coef_schedule(self._current_progress_remaining))
+            self.logger.record("train/ent_coef", self.ent_coef)
         if self.signals is None:
             super().train()
         else:
