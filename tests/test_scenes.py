@@ -38,6 +38,7 @@ BEHAVIORS = {
     "Escape": "DungeonEscape?team=0",
     "PyramidsLite": "Pyramids?team=0",
     "Basic": "Basic?team=0",
+    "Sorter": "Sorter?team=0",
 }
 # small but representative settings per scene, to keep the file fast
 SMALL = {
@@ -46,6 +47,7 @@ SMALL = {
     "Escape": {"num_agents": 6},
     "PyramidsLite": {"num_agents": 3, "max_steps": 60, "room_size": 7},
     "Basic": {"num_agents": 3},
+    "Sorter": {"num_agents": 3},
 }
 # scenes without randomness (every episode starts the same, whatever the seed)
 DETERMINISTIC = {"Basic"}
@@ -227,7 +229,8 @@ def test_discrete_actions_out_of_range_are_refused(name):
     env = make_scene(name, **SMALL[name])
     env.reset()
     n = len(env.get_steps(behavior)[0])
-    bad = np.full((n, 1), 99, dtype=np.int32)
+    branches = env.behavior_specs[behavior].action_spec.discrete_size
+    bad = np.full((n, branches), 99, dtype=np.int32)
     with pytest.raises(UnityActionException, match=r"\[0, branch size\)"):
         env.set_actions(behavior, ActionTuple(discrete=bad))
 
@@ -311,6 +314,7 @@ EXPERT_VS_RANDOM = {
     "Escape": (0.6, 0.2),
     "PyramidsLite": (1.5, 0.5),
     "Basic": (0.9, 0.3),
+    "Sorter": (1.5, 0.0),
 }
 STAT_KEYS = {
     "Ball3D": "Environment/BallMass",
@@ -323,7 +327,14 @@ STAT_KEYS = {
 @pytest.mark.parametrize("name", SCENES)
 def test_expert_beats_random(name):
     behavior = BEHAVIORS[name]
-    budget = {"Ball3D": 1100, "GridWorld": 300, "Escape": 400, "PyramidsLite": 500, "Basic": 300}[name]
+    budget = {
+        "Ball3D": 1100,
+        "GridWorld": 300,
+        "Escape": 400,
+        "PyramidsLite": 500,
+        "Basic": 300,
+        "Sorter": 300,
+    }[name]
     params = {"Ball3D": {"num_agents": 4}, "Escape": {"num_agents": 12}}.get(name, {})
     expert = episode_returns(make_scene(name, seed=1, **params), behavior, "expert", budget)
     random = episode_returns(make_scene(name, seed=1, **params), behavior, "random", budget)

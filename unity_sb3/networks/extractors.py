@@ -41,6 +41,7 @@ before the extractor sees them; called on its own, :class:`UnityCnn` scales uint
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 
 import torch as th
@@ -48,6 +49,8 @@ from gymnasium import spaces
 from stable_baselines3.common.preprocessing import get_flattened_obs_dim
 from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 from torch import nn
+
+from unity_sb3.networks.attention import ATTENTION_EMBEDDING_SIZE, EntityAttention
 
 ENCODERS = ("simple", "nature_cnn", "resnet", "match3", "fully_connected")
 
@@ -246,9 +249,13 @@ class UnityMultiInputExtractor(BaseFeaturesExtractor):
 
     A drop-in for SB3's ``CombinedExtractor`` (``MultiInputPolicy``) that also accepts a single
     ``Box``. Every 3-D ``Box`` is an image (camera, render texture or grid sensor, uint8 or
-    float, channel-first), as in ML-Agents; vectors, 2-D buffer-sensor observations and discrete
-    spaces are flattened (discrete ones arrive one-hot from SB3's preprocessing). The parts are
-    concatenated in the space's key order.
+    float, channel-first), as in ML-Agents; vectors and discrete spaces are flattened (discrete
+    ones arrive one-hot from SB3's preprocessing). The parts are concatenated in the space's key
+    order. Every 2-D ``Box`` is a variable-length (``BufferSensor``) observation ``(max_entities,
+    entity_size)``: with ``entities="attention"`` (default) the entities go through ML-Agents'
+    entity embedding and residual self-attention (:class:`unity_sb3.networks.attention.EntityAttention`,
+    conditioned on the other observations' features) and its ``entity_embedding_size`` features
+    come last; ``entities="flatten"`` pads-and-flattens them instead (with a warning).
 
     Goal signals (ML-Agents' ``ObservationType.GOAL_SIGNAL`` sensors, e.g. GridWorld's
     ``"GoalSensor"``) named in ``goal_keys`` are not concatenated: they set the weights of a
@@ -270,6 +277,8 @@ class UnityMultiInputExtractor(BaseFeaturesExtractor):
         concatenation's, or ``goal_hidden_dim``).
     :raises ValueError: as :class:`UnityCnn`, naming the observation key; for unknown or
         non-vector goal keys, goal keys that leave nothing to condition, or non-positive layer sizes.
+    :param entities: ``"attention"`` or ``"flatten"``: how 2-D (entity) observations are encoded.
+    :param entity_embedding_size: size of the attention's embeddings and output (ML-Agents: 128).
     """
 
     def __init__(
@@ -280,8 +289,12 @@ class UnityMultiInputExtractor(BaseFeaturesExtractor):
         goal_keys: Sequence[str] = (),
         goal_hidden_dim: int = 128,
         hidden_layers: Sequence[int] = (),
+        entities: str = "attention",
+        entity_embedding_size: int = ATTENTION_EMBEDDING_SIZE,
     ) -> None:
         _check_encoder(encoder)
+        if entities not in ("attention", "flatten"):
+            raise ValueError(f"entities must be 'attention' or 'flatten', got {entities!r}.")
         hidden_layers = list(hidden_layers)
         if not all(isinstance(n, int) and n > 0 for n in hidden_layers):
             raise ValueError(f"hidden_layers must be positive integers (layer sizes), got {hidden_layers!r}.")
@@ -309,10 +322,21 @@ class UnityMultiInputExtractor(BaseFeaturesExtractor):
         self.encoder = encoder
         self.single = not isinstance(observation_space, spaces.Dict)
         extractors: dict[str, nn.Module] = {}
+        entity_keys: list[str] = []
         total = 0
         for key, subspace in subspaces.items():
             if key in goal_keys:
                 continue
+            if isinstance(subspace, spaces.Box) and len(subspace.shape) == 2:
+                if entities == "attention":
+                    entity_keys.append(key)
+                    continue
+                warnings.warn(
+                    f"Observation {key!r} of shape {subspace.shape} is a variable-length (entity) observation "
+                    "(max_entities, entity_size); entities='flatten' pads and flattens it, which ties "
+                    "the policy to the entities' order. entities='attention' (default) encodes it as ML-Agents does.",
+                    stacklevel=2,
+                )
             if isinstance(subspace, spaces.Box) and len(subspace.shape) == 3:
                 check_resolution(encoder, subspace.shape, key=None if self.single else key)
                 extractors[key] = UnityCnn(subspace, features_dim=cnn_output_dim, encoder=encoder)
@@ -327,6 +351,12 @@ class UnityMultiInputExtractor(BaseFeaturesExtractor):
         if len(set(names)) < len(names):
             names = [f"obs_{i}" for i in range(len(names))]
         self.extractors = nn.ModuleDict(dict(zip(names, extractors.values())))
+        self.entity_keys = entity_keys
+        self.attention: EntityAttention | None = None
+        if entity_keys:
+            shapes = [tuple(subspaces[k].shape) for k in entity_keys]
+            self.attention = EntityAttention(total, shapes, embedding_size=entity_embedding_size)  # type: ignore[arg-type]
+            total += entity_embedding_size
         self.conditioning: HyperLinear | None = None
         if self.goal_keys:
             goal_dim = sum(get_flattened_obs_dim(subspaces[k]) for k in self.goal_keys)
@@ -348,8 +378,12 @@ class UnityMultiInputExtractor(BaseFeaturesExtractor):
             inputs = [observations]
         else:
             inputs = [observations[key] for key in self.keys]  # type: ignore[index]
-        parts = [extractor(x) for extractor, x in zip(self.extractors.values(), inputs)]
-        features = th.cat([p.float() for p in parts], dim=1)
+        parts = [extractor(x).float() for extractor, x in zip(self.extractors.values(), inputs)]
+        if self.attention is not None:
+            x_self = th.cat(parts, dim=1) if parts else None
+            ents = [observations] if self.single else [observations[k] for k in self.entity_keys]  # type: ignore[index]
+            parts.append(self.attention(x_self, ents))
+        features = th.cat(parts, dim=1)
         if self.conditioning is not None:
             goal = th.cat([observations[k].float().flatten(1) for k in self.goal_keys], dim=1)  # type: ignore[index]
             features = self.conditioning(features, goal)
