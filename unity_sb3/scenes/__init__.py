@@ -37,6 +37,7 @@ SCENES: dict[str, str] = {
     "Sorter": "unity_sb3.scenes.sorter:Sorter",
     "SoccerTwos": "unity_sb3.scenes.soccer:SoccerTwos",
     "StrikersVsGoalie": "unity_sb3.scenes.strikers_vs_goalie:StrikersVsGoalie",
+    "Tennis": "unity_sb3.scenes.tennis:Tennis",
 }
 
 __all__ = ["SCENES", "EmbeddedScene", "describe_scene", "list_scenes", "make_scene", "scene_class"]
