@@ -195,6 +195,67 @@ def test_memory_maps_to_recurrent_ppo() -> None:
     assert run.algo == "sac" and "network_settings.memory" in _unhonored(run)
 
 
+@pytest.mark.parametrize(
+    ("space", "policy"),
+    [
+        (spaces.Box(-1, 1, (8,), np.float32), "MlpLstmPolicy"),
+        (spaces.Box(0, 255, (3, 36, 36), np.uint8), "CnnLstmPolicy"),
+        (spaces.Dict({"a": spaces.Box(-1, 1, (2,)), "b": spaces.Box(-1, 1, (3,))}), "MultiInputLstmPolicy"),
+    ],
+)
+def test_auto_policy_of_recurrent_ppo_is_its_lstm_policy(space: spaces.Space, policy: str) -> None:
+    assert prepare_model_args("recurrent_ppo", "auto", {}, _env(1, space))[0] == policy
+
+
+@pytest.mark.filterwarnings("ignore::unity_sb3.config.mlagents_schema.MLAgentsConfigWarning")
+def test_memory_config_trains_through_the_command(tmp_path: Path) -> None:
+    from unity_sb3.cli import main
+
+    data = _load("3DBall_ppo.yaml")
+    behavior = data["behaviors"]["3DBall"]
+    behavior["hyperparameters"].update(batch_size=24, buffer_size=48, num_epoch=1)
+    behavior["network_settings"].update(hidden_units=8, num_layers=1, memory={"memory_size": 16})
+    behavior["max_steps"] = 96
+    config = tmp_path / "memory.yaml"
+    config.write_text(yaml.safe_dump(data))
+    args = ["train", "--env", "Ball3D", "--config", str(config), "--results-dir", str(tmp_path)]
+    assert main([*args, "--run-id", "mem", "--no-progress", "--transport", "inprocess"]) == 0
+    from sb3_contrib import RecurrentPPO
+
+    model = RecurrentPPO.load(tmp_path / "mem" / "model.zip")
+    assert type(model.policy).__name__ == "RecurrentActorCriticPolicy"
+    assert model.policy.lstm_actor.hidden_size == 8  # memory_size 16 = hidden + cell state
+    assert model.policy.features_extractor_kwargs["hidden_layers"] == [8]  # the body before the LSTM
+
+
+@pytest.mark.parametrize("memory", [False, True])
+def test_shared_critic_puts_one_body_under_both_heads(memory: bool) -> None:
+    from gymnasium.envs.classic_control import CartPoleEnv
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    from unity_sb3.algorithms.registry import algorithm_class
+
+    data = _load("3DBall_ppo.yaml")
+    behavior = data["behaviors"]["3DBall"]
+    behavior["hyperparameters"]["shared_critic"] = True
+    behavior["network_settings"].update(hidden_units=16, num_layers=2)
+    if memory:
+        behavior["network_settings"]["memory"] = {"memory_size": 8}
+    run = convert_mlagents_config(data)
+    assert "hyperparameters.shared_critic" not in _unhonored(run)
+    env = DummyVecEnv([CartPoleEnv])
+    params = {**run.hyperparams, "mlagents_per_slot": {"buffer_size": 64}}
+    policy, kwargs = prepare_model_args(run.algo, run.policy, params, env)
+    model = algorithm_class(run.algo)(policy, env, **kwargs)
+    body = model.policy.features_extractor.body
+    assert [layer.out_features for layer in body if isinstance(layer, nn.Linear)] == [16, 16]
+    assert model.policy.share_features_extractor
+    assert model.policy.mlp_extractor.latent_dim_pi == model.policy.mlp_extractor.latent_dim_vf
+    assert not list(model.policy.mlp_extractor.parameters())  # no separate actor / critic layers
+    if memory:
+        assert model.policy.lstm_critic is None and model.policy.shared_lstm
+
+
 def test_environment_parameters_and_curriculum() -> None:
     run = convert_mlagents_config(CONFIGS / "WallJump_curriculum.yaml", behavior="BigWallJump")
     params = run.open_kwargs["environment_parameters"]

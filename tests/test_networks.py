@@ -485,3 +485,18 @@ def test_maskable_ppo_learns_default_gridworld_with_the_simple_encoder() -> None
         env.close()
     # -0.01 per step, +1 at the goal the signal names, -1 at the other, 100 steps at most
     assert random < 0.0 and trained > 0.5 and trained > random + 0.6, (random, trained)
+
+
+def test_hidden_layers_add_ml_agents_body_after_the_concatenation() -> None:
+    space = spaces.Dict(
+        {"a": spaces.Box(-1, 1, (4,), np.float32), "goal": spaces.Box(0, 1, (2,), np.float32)}
+    )
+    extractor = UnityMultiInputExtractor(space, goal_keys=["goal"], goal_hidden_dim=8, hidden_layers=[16, 6])
+    assert extractor.features_dim == 6
+    dense = [m for m in extractor.body if isinstance(m, th.nn.Linear)]
+    assert [(d.in_features, d.out_features) for d in dense] == [(8, 16), (16, 6)]  # after the goal layer
+    out = extractor({"a": th.zeros(3, 4), "goal": th.tensor([[1.0, 0.0]] * 3)})
+    assert out.shape == (3, 6)
+    assert UnityMultiInputExtractor(space).body is None
+    with pytest.raises(ValueError, match="hidden_layers must be positive integers"):
+        UnityMultiInputExtractor(space, hidden_layers=[0])

@@ -35,6 +35,24 @@ def test_without_signals_it_is_sb3_ppo(env_id):
     assert ours.signals is None and ours.policy.value_net.out_features == 1
 
 
+@pytest.mark.parametrize("signals", [None, {"extrinsic": {}}])
+def test_ent_coef_schedule_is_applied_per_update_and_saved(tmp_path, signals):
+    from stable_baselines3.common.utils import FloatSchedule, LinearSchedule
+
+    schedule = FloatSchedule(LinearSchedule(0.01, 0.001, 1.0))  # ML-Agents' linear beta decay
+    env = make_vec_env("CartPole-v1", n_envs=2, seed=0)
+    model = PPO("MlpPolicy", env, reward_signals=signals, ent_coef=schedule, **FAST)
+    assert model.ent_coef == pytest.approx(0.01) and model.ent_coef_schedule is schedule
+    seen = []
+    model._update_bc = lambda: seen.append(model.ent_coef)  # runs at the end of every update
+    model.learn(256)  # 4 updates of 64 steps, at progress remaining 0.75, 0.5, 0.25, 0.0
+    assert seen == pytest.approx([0.01 - 0.009 * k / 4 for k in range(1, 5)])
+    del model._update_bc
+    model.save(tmp_path / "model")
+    loaded = PPO.load(tmp_path / "model")
+    assert loaded.ent_coef_schedule(0.5) == pytest.approx(0.0055)
+
+
 def test_one_value_head_per_signal_and_logged_signals():
     model = PPO(
         "MlpPolicy",
