@@ -148,6 +148,7 @@ class InstanceBarrier:
         self._busy = False
         self._error: BaseException | None = None
         self._failure: tuple[BaseException, str] | None = None
+        self._seed: int | None = None  # for the next real reset
 
     # ------------------------------------------------------------------ views
     def add_view(self, view: ViewState) -> LockstepProxy:
@@ -172,6 +173,11 @@ class InstanceBarrier:
             self._wait_idle()
             self._release_agents(view, keep_terminals=True)
             self.cond.notify_all()
+
+    def reseed(self, seed: int) -> None:
+        """Seed the real env just before its next real reset (a shared reset does not reset it)."""
+        with self.cond:
+            self._seed = int(seed)
 
     def notify(self) -> None:
         """Wake every waiting view to look again (the ownership policy changed)."""
@@ -406,6 +412,9 @@ class InstanceBarrier:
                     p.inbox.setdefault(name, []).append(ended)
         for owners in self._owner.values():
             owners.clear()
+        seed, self._seed = self._seed, None
+        if seed is not None and hasattr(self.env, "reseed"):
+            self.env.reseed(seed)
         self.env.reset()
         self._read_steps()
         self._assign(deliver_terminals=True)
@@ -475,8 +484,8 @@ class InstanceBarrier:
 class LockstepProxy(BaseEnv):
     """One view's ``BaseEnv`` on one instance: its behavior, its agents, the shared barrier.
 
-    Public attributes the real env has and ``BaseEnv`` lacks (``unity_sb3_channels``, ``reseed``,
-    ``process``, ...) are the real env's, so ``UnityVecEnv.get_attr`` / ``env_method`` reach them.
+    Public attributes the real env has and ``BaseEnv`` lacks (``unity_sb3_channels``,
+    ``process``, ...) are the real env's; ``reseed`` waits for the next real reset, so ``UnityVecEnv.get_attr`` / ``env_method`` reach them.
     ``close()`` detaches the view (the real env is closed by its ``LockstepUnity``).
     """
 
@@ -505,6 +514,11 @@ class LockstepProxy(BaseEnv):
 
     def get_steps(self, behavior_name: str) -> tuple[DecisionSteps, TerminalSteps]:
         return self._barrier.get_steps(self._state, behavior_name)
+
+    def reseed(self, seed: int) -> None:
+        """Seed the real env (when it has ``reseed``) at its next real reset; re-seeding it now would
+        change the scene under the other views."""
+        self._barrier.reseed(seed)
 
     def set_actions(self, behavior_name: str, action: ActionTuple) -> None:
         self._barrier.set_actions(self._state, behavior_name, action)
