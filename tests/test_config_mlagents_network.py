@@ -105,3 +105,14 @@ def test_flattened_entity_observation_is_reported() -> None:
         resolve_mlagents_network(
             {"goal_conditioning_type": "hyper", "hidden_units": 32}, _kwargs(FlattenExtractor), env
         )
+
+
+def test_entity_observation_with_attention_is_not_a_warning(capsys) -> None:
+    space = spaces.Dict({"ray": spaces.Box(-1, 1, (4,)), "buffer": spaces.Box(-1, 1, (6, 3), np.float32)})
+    env = SimpleNamespace(num_envs=1, observation_space=space)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", MLAgentsConfigWarning)
+        resolve_mlagents_network({"goal_conditioning_type": "hyper", "hidden_units": 32}, _kwargs(), env)
+    assert (
+        "observation 'buffer' of shape (6, 3): entity embedding and self-attention" in capsys.readouterr().out
+    )
