@@ -1,0 +1,217 @@
+"""SelfPlayCallback on a real LockstepUnity: team changes, ghosts answering, ELO, checkpoints."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+
+import numpy as np
+import pytest
+from selfplay_scenes import TEAM0, TEAM1, Showdown
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.logger import configure
+from stable_baselines3.common.utils import set_random_seed
+
+from unity_sb3 import PPO
+from unity_sb3.callbacks.checkpoint import AtomicCheckpointCallback
+from unity_sb3.callbacks.progress import LiveProgressCallback
+from unity_sb3.callbacks.self_play import ELO_TAG, SelfPlayCallback, self_play_callbacks, self_play_state_path
+from unity_sb3.selfplay import SelfPlaySettings
+from unity_sb3.wrappers.lockstep import LockstepUnity
+
+
+@pytest.fixture
+def lockstep():
+    unity = LockstepUnity(Showdown(num_agents=3), step_timeout=30.0)
+    yield unity
+    unity.close()
+
+
+def ppo(env, seed: int = 0) -> PPO:
+    # seeded with set_random_seed, not PPO(seed=...): a seed reaches the scene through the lockstep
+    # proxy's reseed and the views then wait for agents that never come (reported to the lockstep's owner)
+    set_random_seed(seed)
+    return PPO("MlpPolicy", env, n_steps=16, batch_size=24, n_epochs=1, device="cpu")
+
+
+class Recorder(BaseCallback):
+    """Per step: the learner's step, the controller's and the lockstep's learning team, the teams of
+    the view's agents (Showdown gives team-0 agents even ids and team-1 agents odd ones) and the dones."""
+
+    def __init__(self, self_play: SelfPlayCallback) -> None:
+        super().__init__()
+        self.self_play = self_play
+        self.rows: list[dict] = []
+
+    def _on_step(self) -> bool:
+        ids = self.training_env.unwrapped.slot_agent_ids()
+        self.rows.append(
+            {
+                "step": self.model.num_timesteps,
+                "learning": self.self_play.controller.learning_team,
+                "lockstep": self.self_play.lockstep.learning_team("Showdown"),
+                "view_teams": {agent % 2 for agent in ids},
+                "done": bool(np.all(self.locals["dones"])),
+            }
+        )
+        return True
+
+
+def test_the_learning_team_changes_every_team_change_learner_steps(lockstep):
+    settings = SelfPlaySettings(save_steps=10**6, team_change=30, swap_steps=10**6)
+    self_play = SelfPlayCallback(lockstep, "Showdown", settings, seed=0)
+    recorder = Recorder(self_play)
+    ppo(lockstep.vec_env("Showdown")).learn(144, callback=[self_play, recorder])
+    rows = recorder.rows
+    changes = [
+        now["step"] for before, now in itertools.pairwise(rows) if now["learning"] != before["learning"]
+    ]
+    # 3 slots count 3 steps per vector step; ML-Agents changes when step - last change > team_change
+    assert changes == [33, 66, 99, 132]
+    assert [row["learning"] for row in rows if row["step"] in (30, 33, 66, 99)] == [0, 1, 0, 1]
+    assert all(row["lockstep"] == row["learning"] for row in rows)
+    # the view's slots change team only where the games end (every slot done), after the change
+    for before, now in itertools.pairwise(rows):
+        if now["view_teams"] != before["view_teams"]:
+            assert now["done"] and now["view_teams"] == {now["learning"]}
+    assert {1} in [row["view_teams"] for row in rows]  # team 1 did play through the view
+
+
+def test_the_ghost_answers_the_other_team_with_snapshots_of_the_learner(lockstep):
+    settings = SelfPlaySettings(save_steps=24, team_change=10**6, swap_steps=12, window=3)
+    self_play = SelfPlayCallback(lockstep, "Showdown", settings, seed=0)
+    answered: list[tuple[str, int]] = []
+    ghost_calls = threading.Lock()
+    model = ppo(lockstep.vec_env("Showdown"))
+    original = SelfPlayCallback._answerer
+
+    def spying_answerer(callback, team):
+        answer = original(callback, team)
+
+        def spy(name, decision_steps):
+            with ghost_calls:
+                answered.append((name, len(decision_steps)))
+            return answer(name, decision_steps)
+
+        return spy
+
+    SelfPlayCallback._answerer = spying_answerer
+    try:
+        model.learn(96, callback=self_play)
+    finally:
+        SelfPlayCallback._answerer = original
+    names = {name for name, n in answered if n}
+    assert names == {TEAM1}  # team 0 learns: its agents are the view's, team 1's the ghost's
+    assert sum(n for _, n in answered) == self_play.state.ghosts[1].decisions > 0
+    assert self_play.state.ghost_step == self_play.state.ghosts[1].decisions
+    pool = self_play.state.pool
+    assert len(pool.snapshots) == 3  # the first snapshot, then one per 24+ steps, in a ring of 3
+    assert self_play.state.last_swap > 0  # swapped every 12+ ghost decisions
+
+
+def test_elo_is_logged_and_moves_against_the_snapshot_played(lockstep, tmp_path):
+    settings = SelfPlaySettings(save_steps=10**6, team_change=10**6, swap_steps=10**6)
+    self_play = SelfPlayCallback(lockstep, "Showdown", settings, seed=0)
+    model = ppo(lockstep.vec_env("Showdown"))
+    model.set_logger(configure(str(tmp_path), ["csv"]))
+    model.learn(48, callback=self_play)
+    # no swap yet: the opponent is ring slot 0 (ML-Agents' start), the first snapshot; every game
+    # moved the learner's rating and that slot's by opposite amounts
+    pool = self_play.state.pool
+    assert pool.current_opponent == 0
+    assert pool.current_elo + pool.elos[0] == pytest.approx(2 * 1200.0)
+    header = (tmp_path / "progress.csv").read_text().splitlines()[0].split(",")
+    assert ELO_TAG in header
+
+
+def test_every_finished_game_updates_the_elo_once_per_learning_agent(lockstep):
+    settings = SelfPlaySettings(save_steps=10**6, team_change=10**6, swap_steps=10**6)
+    self_play = SelfPlayCallback(lockstep, "Showdown", settings, seed=0)
+    results = []
+    record = self_play.state.record_episode
+
+    def counting(final_reward, group_reward=0.0):
+        results.append(final_reward)
+        return record(final_reward, group_reward)
+
+    self_play.state.record_episode = counting
+    ppo(lockstep.vec_env("Showdown")).learn(48, callback=self_play)
+    # 3 areas, games of 4 decisions: 48 steps / 3 slots = 16 decisions each -> 4 games per slot
+    assert len(results) == 12
+    assert set(np.sign(results)) <= {-1.0, 0.0, 1.0}
+
+
+def test_checkpoints_hold_the_pool_and_elo_and_restore_them(lockstep, tmp_path):
+    settings = SelfPlaySettings(save_steps=12, team_change=30, swap_steps=6, window=4)
+    self_play = SelfPlayCallback(lockstep, "Showdown", settings, seed=3)
+    checkpoints = AtomicCheckpointCallback(48, tmp_path, keep_last=1, on_save=self_play.on_checkpoint)
+    model = ppo(lockstep.vec_env("Showdown"))
+    model.learn(96, callback=[self_play, checkpoints])
+    latest = tmp_path / "checkpoint_96_steps.zip"
+    assert self_play_state_path(latest).is_file()
+    assert not self_play_state_path(tmp_path / "checkpoint_48_steps.zip").exists()  # pruned with its zip
+    saved = self_play.state_dict()
+
+    fresh = SelfPlayCallback(LockstepUnity(Showdown(num_agents=3)), "Showdown", settings)
+    fresh.restore(latest)
+    restored = fresh.state_dict()
+    assert restored["controller"] == saved["controller"]
+    state, before = restored["behaviors"]["Showdown"], saved["behaviors"]["Showdown"]
+    assert state["pool"]["elos"] == before["pool"]["elos"]
+    assert state["pool"]["snapshot_counter"] == before["pool"]["snapshot_counter"]
+    assert len(state["pool"]["snapshots"]) == len(before["pool"]["snapshots"]) == 4
+    for key in ("ghost_step", "last_save", "last_swap", "last_team_change", "learning_team"):
+        assert state[key] == before[key]
+    fresh.lockstep.close()
+
+
+def test_restoring_without_a_saved_state_says_why(tmp_path, lockstep):
+    self_play = SelfPlayCallback(lockstep, "Showdown")
+    with pytest.raises(FileNotFoundError, match=r"without SelfPlayCallback\.on_checkpoint"):
+        self_play.restore(tmp_path / "checkpoint_10_steps.zip")
+
+
+def test_unknown_behavior_is_refused_with_the_scene_behaviors(lockstep):
+    with pytest.raises(ValueError, match=r"no behavior 'Showdwn'.*Showdown\?team=0"):
+        SelfPlayCallback(lockstep, "Showdwn")
+
+
+def test_progress_bar_shows_the_elo(lockstep):
+    self_play = SelfPlayCallback(lockstep, "Showdown", SelfPlaySettings(save_steps=10**6), seed=0)
+    bar = LiveProgressCallback(48, refresh_every=1, postfix=self_play.progress_text)
+    ppo(lockstep.vec_env("Showdown")).learn(48, callback=[self_play, bar])
+    assert self_play.progress_text() == f"ELO {self_play.elo:.1f}"
+    assert bar.bar is None  # closed; the text reached tqdm through set_postfix_str (no error)
+
+
+def test_asymmetric_callbacks_share_one_controller_and_park_the_frozen_behavior(lockstep):
+    callbacks = self_play_callbacks(lockstep, {TEAM0: {"team_change": 100}, TEAM1: None}, seed=0)
+    first, second = callbacks[TEAM0], callbacks[TEAM1]
+    assert first.controller is second.controller
+    assert first.is_learning and not second.is_learning
+    second.controller.change_training_team()
+    assert second.is_learning and not first.is_learning
+
+
+@pytest.mark.slow
+def test_elo_rises_while_the_learner_beats_its_snapshots():
+    set_random_seed(0)
+    unity = LockstepUnity(Showdown(num_agents=4))
+    try:
+        settings = SelfPlaySettings(save_steps=400, team_change=2000, swap_steps=100, window=5)
+        self_play = SelfPlayCallback(unity, "Showdown", settings, seed=0)
+        model = PPO(
+            "MlpPolicy",
+            unity.vec_env("Showdown"),
+            n_steps=64,
+            batch_size=64,
+            learning_rate=1e-3,
+            device="cpu",
+        )
+        model.learn(4000, callback=self_play)
+        assert self_play.controller.team_changes == 2  # both teams learned
+        assert self_play.elo > 1220.0  # about 1240-1290 over seeds 0-3
+        push, _ = model.predict(np.array([[0.0, 1.0]], dtype=np.float32), deterministic=True)
+        assert push[0, 0] > 0.5  # it learned the winning move
+    finally:
+        unity.close()
