@@ -333,9 +333,10 @@ def test_reset_is_shared_and_ends_the_other_views_episodes():
             "jumper": stepper(lock, jumper, JUMP, 4, detach=False),
         }
     )
+    assert env.seeds == []  # a seed waits for the next real reset: re-seeding now would change the scene
     walker.seed(3)
     walker.reset()
-    assert env.reset_count == 2
+    assert env.reset_count == 2 and env.seeds == [3]
     _, _, done, infos = run_threads({"jumper": lambda: jumper.step(constant_actions(jumper, JUMP))})["jumper"]
     # the jumper's agent vanished in the reset: its episode ended, interrupted, at its last observation
     assert done[0] and infos[0]["TimeLimit.truncated"] and infos[0]["terminal_observation"][3] == 4
@@ -357,6 +358,17 @@ def test_views_span_every_instance():
         assert received_pairs(env, WALKER) == requested_pairs(env, WALKER)
     lock.close()
     assert all(env.closed for env in envs)
+
+
+def test_a_view_built_while_its_team_does_not_learn_says_so():
+    lock = LockstepUnity(walker_and_jumper())
+    lock.vec_env("Walker")
+    lock.set_learning_team("Jumper", 1)
+    with pytest.raises(UnityLockstepError, match="'Jumper\\?team=0' cannot own any agent now"):
+        lock.vec_env("Jumper")
+    lock.set_learning_team("Jumper", 0)
+    assert lock.vec_env("Jumper").num_envs == 1  # the failed view left nothing behind
+    lock.close()
 
 
 def test_bad_view_requests_say_what_to_do():

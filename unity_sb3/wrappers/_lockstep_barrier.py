@@ -59,8 +59,8 @@ from mlagents_envs.base_env import (  # isort: skip
 
 Answerer = Callable[[str, DecisionSteps], ActionTuple | None]
 
-#: real steps one ``step()`` call of a view without agents waits for one before it returns to its
-#: ``UnityVecEnv`` (whose ``max_idle_steps`` then counts such calls)
+#: real steps that one ``step()`` call of a view without agents in Unity runs itself while it waits
+#: for one, before it returns to its ``UnityVecEnv`` (whose ``max_idle_steps`` then counts such calls)
 MAX_WAIT_ROUNDS = 1000
 _MISSING = object()
 
@@ -294,6 +294,11 @@ class InstanceBarrier:
                 state.seen = state.arrived = self.round
                 deadline = time.monotonic() + self._timeout
             if not state.live and not state.inbox and self._parked(state.view):
+                if state.view.constructing:
+                    raise UnityLockstepError(
+                        f"lockstep view {state.view.name!r} cannot own any agent now: its team is not the "
+                        "learning team (set_learning_team); build the views before changing the learning team"
+                    )
                 if not any(
                     not p.view.detached and p is not state and not self._parked(p.view)
                     for p in self._proxies.values()
