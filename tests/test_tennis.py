@@ -308,3 +308,15 @@ def test_served_by_the_player_like_in_process(tmp_path):
         compare_runs(env, Tennis(seed=8, num_agents=2), steps=150, seed=3, visual_atol=0.0)
     finally:
         close_and_check(env, log)
+
+
+def test_shipped_ppo_hyperparameters_follow_unity_tennis_yaml():
+    from unity_sb3.config.hyperparams import load_hyperparams
+
+    params = load_hyperparams("ppo", "Tennis")
+    courts = params["open_kwargs"]["num_agents"]
+    assert params["n_steps"] * courts == 20480 and params["batch_size"] == 2048  # buffer_size, batch_size
+    assert (params["learning_rate"], params["ent_coef"], params["clip_range"]) == (3e-4, 0.005, 0.2)
+    assert (params["gamma"], params["gae_lambda"], params["n_epochs"]) == (0.99, 0.95, 3)
+    assert params["normalize"] is True and "256, 256" in params["policy_kwargs"]
+    assert "self_play" not in params  # would reach PPO's constructor
