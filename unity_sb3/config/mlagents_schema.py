@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from unity_sb3 import validation
+
+if TYPE_CHECKING:
+    from unity_sb3.selfplay.settings import SelfPlaySettings
 
 __all__: list[str] = []
 
@@ -215,6 +218,9 @@ class MLAgentsRun:
         ``unity-sb3 train`` from ML-Agents' ``checkpoint_interval``, ``keep_checkpoints`` and
         ``summary_freq``; only the keys the config gives.
     :param rows: the mapping, one row per ML-Agents setting.
+    :param self_play: the ``self_play`` section as
+        :class:`~unity_sb3.selfplay.settings.SelfPlaySettings`, or ``None`` when the behavior has none
+        (:class:`~unity_sb3.callbacks.self_play.SelfPlayCallback` runs it).
     """
 
     behavior: str
@@ -229,6 +235,7 @@ class MLAgentsRun:
     save_replay_buffer: bool = False
     cadence: dict[str, int] = field(default_factory=dict)
     rows: list[MappedSetting] = field(default_factory=list)
+    self_play: SelfPlaySettings | None = None
 
     @property
     def restart_on_crash(self) -> bool:
