@@ -400,13 +400,39 @@ def _map_trainer_misc(m: _Mapper, settings: Mapping[str, Any]) -> None:
         value = max(_number(value, key, minimum, integer=True), 0)  # ML-Agents: <= 0 keeps all
         m.run.cadence[target] = int(value)
         m.row(key, int(value), f"unity-sb3 train {target}={int(value)}", note)
+    _map_self_play(m, settings.get("self_play"))
     ignored = {
         "threaded": "SB3 collects and updates in one thread",
         "init_path": "load the model with ALGO.load(path) and continue with learn()",
-        "self_play": "self-play (ghost trainer) is not implemented in unity-sb3",
     }
     for key, why in ignored.items():
         if key in settings and settings[key] is not None:
             if key == "threaded" and not settings[key]:
                 continue
             m.ignore(key, settings[key], why)
+
+
+_SELF_PLAY_NOTES = {
+    "save_steps": "learner steps (num_timesteps) between snapshots, as the ghost trainer",
+    "team_change": "learner steps between learning-team changes (agents change hands at episode ends)",
+    "swap_steps": "ghost decisions between opponent draws, as the ghost trainer",
+    "window": "snapshots kept, as the ghost trainer",
+    "play_against_latest_model_ratio": "probability of facing the latest policy at a draw",
+    "initial_elo": "starting ELO; Self-play/ELO logged as ML-Agents does",
+}
+
+
+def _map_self_play(m: _Mapper, section: Any) -> None:
+    """``self_play`` -> :class:`~unity_sb3.selfplay.settings.SelfPlaySettings` (ML-Agents' ghost trainer)."""
+    if section is None:
+        return
+    from unity_sb3.selfplay.settings import SelfPlayConfigError, SelfPlaySettings
+
+    try:
+        settings = SelfPlaySettings.from_mapping(section, where=f"behaviors.{m.run.behavior}.self_play")
+    except SelfPlayConfigError as error:
+        raise MLAgentsConfigError(str(error)) from None
+    m.run.self_play = settings
+    for key, value in settings.as_dict().items():
+        default = "" if key in section else " (ML-Agents' default)"
+        m.row(f"self_play.{key}", value, f"SelfPlaySettings.{key}={value}", _SELF_PLAY_NOTES[key] + default)
