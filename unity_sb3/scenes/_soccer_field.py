@@ -210,17 +210,13 @@ def ray_features(kind: np.ndarray, fraction: np.ndarray, tags: tuple[int, ...]) 
 
 def _keep_inside(pos: np.ndarray, vel: np.ndarray, radius: float, restitution: float) -> None:
     """Push discs ``(..., 2)`` back inside the walls; the normal velocity bounces (in place)."""
-    depth = pos @ WALL_NORMALS.T - (WALL_OFFSETS - radius)  # (..., 6) > 0 = inside a wall
-    for w in range(len(WALL_OFFSETS)):
-        n = WALL_NORMALS[w]
-        over = depth[..., w] > 0
-        if not over.any():
-            continue
-        pos[over] -= depth[..., w][over, None] * n
-        vn = vel[over] @ n
-        out = vn > 0
-        e = np.where(vn > BOUNCE_THRESHOLD, restitution, 0.0)
-        vel[over] -= (np.where(out, (1 + e) * vn, 0.0))[:, None] * n
+    depth = np.maximum(pos @ WALL_NORMALS.T - (WALL_OFFSETS - radius), 0.0)  # (..., 6) into each wall
+    if not depth.any():
+        return
+    pos -= depth @ WALL_NORMALS
+    vn = vel @ WALL_NORMALS.T
+    e = np.where(vn > BOUNCE_THRESHOLD, restitution, 0.0)
+    vel -= np.where((depth > 0) & (vn > 0), (1 + e) * vn, 0.0) @ WALL_NORMALS
 
 
 def _collide(
@@ -232,25 +228,23 @@ def _collide(
     mb: float,
     reach: float,
     e: float,
-) -> np.ndarray:
-    """Resolve overlapping disc pairs ``a``-``b`` (``(n, 2)`` each, updated in place).
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Contacts of disc pairs ``a``-``b`` (positions, velocities ``(..., 2)``, broadcast together).
 
-    :return: ``(n,)`` bool, the pairs in contact (within ``CONTACT_OFFSET`` of touching).
+    :return: ``(shift, impulse, contact)``: the overlap along the normal from ``a`` to ``b``
+        (the caller splits it between the two in proportion to their inverse masses), the
+        normal impulse on ``b`` (``a`` gets its opposite; elastic with ``e`` above the bounce
+        threshold), and the pairs in contact (within ``CONTACT_OFFSET`` of touching).
     """
     rel = pb - pa
-    dist = np.linalg.norm(rel, axis=-1)
-    normal = np.where(dist[:, None] > 1e-9, rel / np.maximum(dist, 1e-9)[:, None], np.array([1.0, 0.0]))
+    dist = np.sqrt((rel**2).sum(-1))
+    normal = rel / np.maximum(dist, 1e-9)[..., None]
+    normal[dist <= 1e-9] = [1.0, 0.0]
     overlap = np.maximum(reach - dist, 0.0)
-    wa, wb = (1 / ma) / (1 / ma + 1 / mb), (1 / mb) / (1 / ma + 1 / mb)
-    pa -= (overlap * wa)[:, None] * normal
-    pb += (overlap * wb)[:, None] * normal
     vn = ((vb - va) * normal).sum(-1)
-    closing = (overlap > 0) & (vn < 0)
     bounce = np.where(-vn > BOUNCE_THRESHOLD, e, 0.0)
-    impulse = np.where(closing, -(1 + bounce) * vn / (1 / ma + 1 / mb), 0.0)
-    va -= (impulse / ma)[:, None] * normal
-    vb += (impulse / mb)[:, None] * normal
-    return dist <= reach + CONTACT_OFFSET
+    impulse = np.where((overlap > 0) & (vn < 0), -(1 + bounce) * vn / (1 / ma + 1 / mb), 0.0)
+    return overlap[..., None] * normal, impulse[..., None] * normal, dist <= reach + CONTACT_OFFSET
 
 
 @dataclass
@@ -285,6 +279,9 @@ class FieldState:
         )
 
 
+_AXIS = np.array([0.0, 1.0, -1.0])  # action value -> direction: none, +, -
+
+
 def move_agents(
     state: FieldState, actions: np.ndarray, forward_speed: np.ndarray, lateral_speed: np.ndarray
 ) -> None:
@@ -296,17 +293,19 @@ def move_agents(
         ``m_LateralSpeed``. As in the C#, a lateral move replaces the forward one.
     """
     fwd_axis, side_axis, turn_axis = actions[..., 0], actions[..., 1], actions[..., 2]
-    state.heading += np.select([turn_axis == 1, turn_axis == 2], [-TURN_DEG, TURN_DEG], 0.0)
+    state.heading += -TURN_DEG * _AXIS[turn_axis]  # 1 turns left (-up), 2 right
     state.heading %= 360.0
     forward, right = heading_vectors(state.heading)
-    along = np.select([fwd_axis == 1, fwd_axis == 2], [forward_speed, -forward_speed], 0.0)
-    side = np.select([side_axis == 1, side_axis == 2], [lateral_speed, -lateral_speed], 0.0)
-    move = np.where((side_axis > 0)[..., None], right * side[..., None], forward * along[..., None])
-    state.vel += move * RUN_SPEED
+    along = (_AXIS[fwd_axis] * forward_speed)[..., None] * forward
+    side = (_AXIS[side_axis] * lateral_speed)[..., None] * right
+    state.vel += np.where((side_axis > 0)[..., None], side, along) * RUN_SPEED
 
 
 def physics_step(state: FieldState, kick_power: np.ndarray, pairs: np.ndarray) -> np.ndarray:
     """One PhysX step of every field; then ``OnCollisionEnter`` kicks.
+
+    Contacts are solved together (one Jacobi pass): agent-agent pairs, then every agent
+    against the ball, then the walls.
 
     :param kick_power: ``(F, A)`` force of each agent's kick on first contact, in newtons
         (``k_Power * m_KickPower``; goalies always kick with ``k_Power``).
@@ -319,24 +318,33 @@ def physics_step(state: FieldState, kick_power: np.ndarray, pairs: np.ndarray) -
     state.ball_vel *= max(0.0, 1.0 - BALL_DRAG * DT)
     state.pos += state.vel * DT
     state.ball += state.ball_vel * DT
-    n_fields, n_agents = state.heading.shape
-    for i, j in pairs:
-        pa, va = state.pos[:, i].copy(), state.vel[:, i].copy()
-        pb, vb = state.pos[:, j].copy(), state.vel[:, j].copy()
-        _collide(pa, va, AGENT_MASS, pb, vb, AGENT_MASS, 2 * AGENT_RADIUS, 0.0)
-        state.pos[:, i], state.vel[:, i], state.pos[:, j], state.vel[:, j] = pa, va, pb, vb
-    contact = np.zeros((n_fields, n_agents), dtype=bool)
-    for i in range(n_agents):
-        pa, va = state.pos[:, i].copy(), state.vel[:, i].copy()
-        contact[:, i] = _collide(
-            pa, va, AGENT_MASS, state.ball, state.ball_vel, BALL_MASS, AGENT_RADIUS + BALL_RADIUS, BOUNCINESS
+    if len(pairs):
+        i, j = pairs[:, 0], pairs[:, 1]
+        pos, vel = state.pos, state.vel
+        shift, impulse, _ = _collide(
+            pos[:, i], vel[:, i], AGENT_MASS, pos[:, j], vel[:, j], AGENT_MASS, 2 * AGENT_RADIUS, 0.0
         )
-        state.pos[:, i], state.vel[:, i] = pa, va
+        incidence = np.zeros((len(pairs), pos.shape[1]))
+        incidence[np.arange(len(pairs)), i] = -1.0
+        incidence[np.arange(len(pairs)), j] = 1.0
+        state.pos += 0.5 * np.einsum("fpc,pa->fac", shift, incidence)
+        state.vel += np.einsum("fpc,pa->fac", impulse, incidence) / AGENT_MASS
+    ball, ball_vel = state.ball[:, None, :], state.ball_vel[:, None, :]
+    reach = AGENT_RADIUS + BALL_RADIUS
+    shift, impulse, contact = _collide(
+        state.pos, state.vel, AGENT_MASS, ball, ball_vel, BALL_MASS, reach, BOUNCINESS
+    )
+    share = (1 / AGENT_MASS) / (1 / AGENT_MASS + 1 / BALL_MASS)
+    state.pos -= share * shift
+    state.vel -= impulse / AGENT_MASS
+    state.ball += ((1 - share) * shift).sum(axis=1)
+    state.ball_vel += impulse.sum(axis=1) / BALL_MASS
     _keep_inside(state.pos, state.vel, AGENT_RADIUS, 0.0)
     # agents stay on the pitch (the real goal boxes let them in; here the goal line stops them)
-    over = np.abs(state.pos[..., 0]) > HALF_LENGTH - AGENT_RADIUS
-    state.pos[..., 0] = np.clip(state.pos[..., 0], -(HALF_LENGTH - AGENT_RADIUS), HALF_LENGTH - AGENT_RADIUS)
-    state.vel[..., 0] = np.where(over & (state.vel[..., 0] * state.pos[..., 0] > 0), 0.0, state.vel[..., 0])
+    limit = HALF_LENGTH - AGENT_RADIUS
+    x = state.pos[..., 0]
+    state.vel[..., 0] = np.where((np.abs(x) > limit) & (state.vel[..., 0] * x > 0), 0.0, state.vel[..., 0])
+    state.pos[..., 0] = np.clip(x, -limit, limit)
     _keep_inside(state.ball, state.ball_vel, BALL_RADIUS, BOUNCINESS)
     began = contact & ~state.touching
     state.touching[:] = contact

@@ -280,6 +280,9 @@ class SoccerScene(EmbeddedScene):
     def expert_actions(self, behavior_name: str, decision_steps: DecisionSteps) -> ActionTuple:
         """A scripted team that reads the newest frame of the rays only (works on a real build's observations).
 
+        A hit without a tag is taken for the goal the sensor does not tag (a striker's own
+        goal, the goalie's other goal): nothing else in the field is untagged.
+
         Turn toward the ball (search to the right when no ray sees it). When the ball is ahead:
         if the other goal is in sight and not behind the ball, side-step until they line up;
         if the own goal is behind the ball, side-step away; otherwise run forward through it
@@ -296,10 +299,10 @@ class SoccerScene(EmbeddedScene):
             rays = np.asarray(obs, dtype=np.float32)[:, -sensor.frame_size :].reshape(n, -1, sensor.ray_size)
             bearing = (sensor.bearings + 180.0) % 360.0 - 180.0
             fraction = rays[..., -1]
+            # a hit without a tag is the goal the sensor does not tag (striker: own goal, goalie: other goal)
+            untagged = (rays[..., -2] < 0.5) & (rays[..., : len(sensor.tags)].max(axis=-1) < 0.5)
             for kind, target in ((BALL, ball), (OWN_GOAL, goal[OWN_GOAL]), (OTHER_GOAL, goal[OTHER_GOAL])):
-                if kind not in sensor.tags:
-                    continue
-                seen = rays[..., sensor.tags.index(kind)] > 0.5
+                seen = rays[..., sensor.tags.index(kind)] > 0.5 if kind in sensor.tags else untagged
                 dist = np.where(seen, fraction, np.inf)
                 nearest = dist.argmin(axis=1)
                 best = dist[np.arange(n), nearest]
@@ -309,7 +312,10 @@ class SoccerScene(EmbeddedScene):
                     ball_dist[closer] = best[closer]
         act = np.zeros((n, 3), dtype=np.int32)
         seen = ~np.isnan(ball)
-        act[:, 2] = np.where(~seen | (ball > 10.0), TURN_RIGHT, np.where(ball < -10.0, TURN_LEFT, NONE))
+        # search to the right; a ball right behind is searched for the same way (no dithering)
+        act[:, 2] = np.where(
+            ~seen | (ball > 10.0) | (ball < -150.0), TURN_RIGHT, np.where(ball < -10.0, TURN_LEFT, NONE)
+        )
         ahead = seen & (np.abs(ball) < 45.0)
         with np.errstate(invalid="ignore"):
             # facing the own goal: pushing the ball on would score for the other team
