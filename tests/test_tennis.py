@@ -16,6 +16,7 @@ from test_scenes_player import close_and_check, compare_runs, open_player
 from unity_sb3.scenes import make_scene
 from unity_sb3.scenes.tennis import (
     FLOOR_A_HIT,
+    FLOOR_B,
     FLOOR_B_HIT,
     FLOOR_TOP,
     NET,
@@ -320,3 +321,24 @@ def test_shipped_ppo_hyperparameters_follow_unity_tennis_yaml():
     assert (params["gamma"], params["gae_lambda"], params["n_epochs"]) == (0.99, 0.95, 3)
     assert params["normalize"] is True and "256, 256" in params["policy_kwargs"]
     assert "self_play" not in params  # would reach PPO's constructor
+
+
+def test_a_slow_ball_rolls_on_the_floor_without_bouncing_again():
+    """Below PhysX's bounce threshold the ball stays on the floor: one contact, no double bounce."""
+    env = Tennis(seed=9)
+    env.reset()
+    place(env, (-6.0, FLOOR_TOP + 0.5), (1.0, FLOOR_TOP + 0.5), (5.0, FLOOR_TOP + 0.25), ball_vel=(3.0, -1.0))
+    env._last_agent_hit[0], env._last_floor_hit[0], env._net[0] = (
+        0,
+        FLOOR_B,
+        True,
+    )  # A's shot bounced on B's side
+    env._on_floor[0] = True
+    for _ in range(40):
+        act(env, {A: [[0, 0, 0]], B: [[0, 0, 0]]})
+        t_a = env.get_steps(A)[1]
+        if len(t_a):
+            break
+    assert t_a.reward.tolist() == [1.0]  # a winner past B ...
+    assert t_a.obs[0][0, 22] == pytest.approx(11.88 - 0.25, abs=1e-4)  # ... that reached B's wall
+    assert t_a.obs[0][0, 23] == pytest.approx(FLOOR_TOP + 0.25, abs=1e-4)

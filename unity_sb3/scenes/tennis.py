@@ -41,7 +41,9 @@ by maximum: every bounce is elastic) has its velocity clamped to +-9 per axis be
 stop on the floor (y = -6.9) and at the back walls (x = +-11.88). The net is a 0.122-wide box
 up to y = -6.43 at x = 0. Ball-racket contacts are impulses between the two bodies (the
 racket's x velocity is set again by the next action); the ball's path is checked in four
-sub-steps against each racket, so a fast racket does not pass through it.
+sub-steps against each racket, so a fast racket does not pass through it. As in PhysX, a
+ball slower than the bounce threshold (2) stays on the floor, and a contact that lasts counts
+once (``OnCollisionEnter``).
 
 Differences from Unity, and why:
 
@@ -91,6 +93,7 @@ RACKET_START_X, RACKET_START_Y = (6.0, 8.0), -1.5
 BALL_MASS, BALL_MAX_SPEED = 0.75, 9.0
 BALL_START_X, BALL_START_Y = (6.0, 8.0), 6.0
 SUBSTEPS = 4  # ball-racket checks per physics step
+BOUNCE_THRESHOLD = 2.0  # m_BounceThreshold (DynamicsManager.asset)
 
 # HitWall.FloorHit
 SERVICE, FLOOR_UNSET, FLOOR_A, FLOOR_B = range(4)
@@ -148,6 +151,7 @@ class Tennis(EmbeddedScene):
         self._last_floor_hit = np.full(areas, SERVICE)
         self._net = np.zeros(areas, dtype=bool)
         self._touching = np.zeros((areas, 2), dtype=bool)  # ball in contact with racket A / B
+        self._on_floor = np.zeros(areas, dtype=bool)  # ball in contact with a floor
         self._hits = np.zeros(areas, dtype=np.int64)
         self._point_steps = np.zeros(areas, dtype=np.int64)
         self._serve = np.ones(areas, dtype=bool)  # areas whose ball is served at the next episode start
@@ -182,6 +186,7 @@ class Tennis(EmbeddedScene):
         self._last_floor_hit[areas] = SERVICE
         self._net[areas] = False
         self._touching[areas] = False
+        self._on_floor[areas] = False
         self._hits[areas] = 0
         self._point_steps[areas] = 0
         self._serve[areas] = False
@@ -312,11 +317,14 @@ class Tennis(EmbeddedScene):
             if vn < 0:
                 vel[a] -= 2.0 * vn * normal
             events.append((int(a), NET))
-        low = np.flatnonzero(ball[:, 1] - r < FLOOR_TOP)
-        for a in low:
+        low = ball[:, 1] - r < FLOOR_TOP
+        for a in np.flatnonzero(low):
             ball[a, 1] = FLOOR_TOP + r[a]
-            vel[a, 1] = abs(vel[a, 1])
-            events.append((int(a), FLOOR_A_HIT if ball[a, 0] < 0 else FLOOR_B_HIT))
+            # PhysX bounces only above its bounce threshold; slower, the ball stays on the floor
+            vel[a, 1] = -vel[a, 1] if vel[a, 1] < -BOUNCE_THRESHOLD else 0.0
+            if not self._on_floor[a]:  # OnCollisionEnter: a new contact only
+                events.append((int(a), FLOOR_A_HIT if ball[a, 0] < 0 else FLOOR_B_HIT))
+        self._on_floor[:] = low
         for a in np.flatnonzero(np.abs(ball[:, 0]) + r > WALL_X):
             side = -1.0 if ball[a, 0] < 0 else 1.0
             ball[a, 0] = side * (WALL_X - r[a])
