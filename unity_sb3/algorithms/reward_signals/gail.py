@@ -238,7 +238,7 @@ class GAILSignal(RewardSignal):
         enc = self.encoder
         obs_dict = obs if isinstance(obs, dict) else {"": obs}
         parts = []
-        for key in enc._keys:
+        for key in enc._fixed_keys:
             name = key or "obs"
             space = enc._subspaces[key]
             x = obs_dict[key]
@@ -252,6 +252,9 @@ class GAILSignal(RewardSignal):
             if name in enc.normalizers:
                 x = enc.normalizers[name](x)
             parts.append(x)
+        if enc.attention is not None:  # rank-2 observations, after the fixed ones (ObservationEncoder)
+            x_self = th.cat(parts, dim=1) if parts else None
+            parts.append(enc.attention(x_self, [obs_dict[k].float() for k in enc._entity_keys]))
         return parts
 
     def _update(self, batch: SignalBatch) -> dict[str, float]:

@@ -5,6 +5,9 @@ entry of a ``Dict``) is processed on its own (images by ML-Agents' visual encode
 ``vis_encode_type``, the same as :mod:`unity_sb3.networks.extractors` gives the policies; the rest flattened), the results
 are concatenated, optionally joined by extra unencoded inputs (actions for GAIL), and passed
 through ``num_layers`` dense layers of ``hidden_units`` with a Swish-like activation (SiLU).
+Rank-2 (``BufferSensor``) observations go through ML-Agents' entity attention
+(:class:`unity_sb3.networks.attention.EntityAttention`) conditioned on the other observations,
+as ML-Agents' ``ObservationEncoder`` does for every network body, reward signals' included.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from stable_baselines3.common.preprocessing import get_flattened_obs_dim, is_ima
 from torch import nn
 
 from unity_sb3.algorithms.reward_signals.settings import RewardSignalConfigError
+from unity_sb3.networks.attention import ATTENTION_EMBEDDING_SIZE, EntityAttention
 from unity_sb3.networks.extractors import MIN_RESOLUTION, conv_body, encoders_for
 
 TensorObs = th.Tensor | dict[str, th.Tensor]
@@ -79,6 +83,7 @@ class ObservationEncoder(nn.Module):
         self._keys = list(subspaces)
         self.processors = nn.ModuleDict()
         self.normalizers = nn.ModuleDict()
+        self._entity_keys: list[str] = []
         total = 0
         for key, space in subspaces.items():
             name = key or "obs"
@@ -87,6 +92,9 @@ class ObservationEncoder(nn.Module):
                     f"Reward signals cannot encode observation space {space} (key {key!r}); "
                     "supported: Box, Discrete, MultiDiscrete, MultiBinary and a Dict of them."
                 )
+            if isinstance(space, spaces.Box) and len(space.shape) == 2:
+                self._entity_keys.append(key)
+                continue
             if is_image_space(space, check_channels=False, normalized_image=False) and len(space.shape) == 3:
                 shape = space.shape
                 channels_first = shape[0] < shape[-1]
@@ -113,6 +121,12 @@ class ObservationEncoder(nn.Module):
                     self.normalizers[name] = RunningNormalizer(size)
                 total += size
         self._subspaces = subspaces
+        self._fixed_keys = [k for k in self._keys if k not in self._entity_keys]
+        self.attention: EntityAttention | None = None
+        if self._entity_keys:
+            shapes = [tuple(subspaces[k].shape) for k in self._entity_keys]
+            self.attention = EntityAttention(total, shapes)  # type: ignore[arg-type]
+            total += ATTENTION_EMBEDDING_SIZE
         layers: list[nn.Module] = []
         in_size = total + extra_inputs
         for _ in range(int(network_settings["num_layers"])):
@@ -124,7 +138,7 @@ class ObservationEncoder(nn.Module):
     def _inputs(self, obs: TensorObs, update_normalization: bool) -> list[th.Tensor]:
         obs_dict = obs if isinstance(obs, dict) else {"": obs}
         parts = []
-        for key in self._keys:
+        for key in self._fixed_keys:
             name = key or "obs"
             x = preprocess_obs(obs_dict[key], self._subspaces[key], normalize_images=True)
             x = self.processors[name](x.float())
@@ -133,6 +147,9 @@ class ObservationEncoder(nn.Module):
                     self.normalizers[name].update(x)
                 x = self.normalizers[name](x)
             parts.append(x)
+        if self.attention is not None:
+            x_self = th.cat(parts, dim=1) if parts else None
+            parts.append(self.attention(x_self, [obs_dict[k].float() for k in self._entity_keys]))
         return parts
 
     def forward(
