@@ -317,6 +317,19 @@ def test_a_view_waiting_too_long_names_the_views_that_never_arrived():
     lock.close()
 
 
+def test_a_unity_crash_reaches_every_view():
+    lock = LockstepUnity(walker_and_jumper(crash_at=4), step_timeout=20)
+    walker, jumper = lock.vec_env("Walker"), lock.vec_env("Jumper")
+    results = run_threads(
+        {"walker": stepper(lock, walker, WALK, 10), "jumper": stepper(lock, jumper, JUMP, 10)}
+    )
+    errors = sorted(type(e).__name__ for e in results.values())
+    assert errors == ["UnityLockstepError", "UnityProcessError"]  # the view that ran the step, and the other
+    other = next(e for e in results.values() if isinstance(e, UnityLockstepError))
+    assert "scripted crash" in str(other)
+    lock.close()
+
+
 # ---------------------------------------------------------------------- reset
 def test_reset_is_shared_and_ends_the_other_views_episodes():
     env = walker_and_jumper(jumper=[ScriptedAgent(period=1)])
