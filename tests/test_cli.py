@@ -237,6 +237,17 @@ def test_flat_config_run_settings_and_cli_override(tmp_path: Path) -> None:
     assert _restart_settings(config) == (True, 6, 1, 60.0) and config.save_replay_buffer is False
 
 
+@pytest.mark.filterwarnings("ignore::unity_sb3.config.mlagents_schema.MLAgentsConfigWarning")
+def test_mlagents_num_envs_sets_the_instances_unless_given_on_the_command_line(tmp_path: Path) -> None:
+    path = tmp_path / "sorter.yaml"
+    behavior = {"trainer_type": "ppo", "hyperparameters": {"batch_size": 32, "buffer_size": 64}}
+    path.write_text(yaml.safe_dump({"behaviors": {"3DBall": behavior}, "env_settings": {"num_envs": 3}}))
+    config = _train_config(tmp_path, "--config", str(path))
+    assert config.num_envs == 3 and "num_envs" not in config.hyperparams
+    assert _train_config(tmp_path, "--config", str(path), "--num-envs", "2").num_envs == 2
+    assert _train_config(tmp_path).num_envs == 1
+
+
 def _damage(path: Path, how: str) -> None:
     data = path.read_bytes()
     path.write_bytes(data[: len(data) // 2] if how == "truncated" else b"")

@@ -283,7 +283,8 @@ def test_engine_and_env_settings() -> None:
     assert run.open_kwargs["engine_settings"]["width"] == 84  # ML-Agents' defaults for the rest
     assert run.open_kwargs["no_graphics"] is True
     assert run.open_kwargs["additional_args"] == ["-logFile", "-"] and run.open_kwargs["base_port"] == 6000
-    assert {"env_settings.num_envs", "checkpoint_settings.run_id", "torch_settings.device"} <= _unhonored(run)
+    assert {"checkpoint_settings.run_id", "torch_settings.device"} <= _unhonored(run)
+    assert run.num_envs == 4 and run.as_hyperparams()["num_envs"] == 4  # unity-sb3 train --num-envs
 
 
 def test_default_settings_fill_a_behavior() -> None:

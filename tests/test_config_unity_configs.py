@@ -4,10 +4,10 @@ Every file converts, every behavior of it, and the settings that stay unhonored 
 ones in :data:`EXPECTED_UNHONORED`: a setting that starts being dropped, or one that starts being
 honored, changes this table on purpose (and docs/DECISIONS.md's table with it).
 
-Rows that other work will change: ``self_play`` (SoccerTwos, StrikersVsGoalie, Tennis) goes when
-the ghost trainer's SelfPlaySettings mapping lands. The SAC configs of discrete scenes (Basic,
-GridWorld, Hallway, PushBlock, Pyramids, FoodCollector) have no action-space row today: the
-mapping cannot see the scene, so SAC's refusal of discrete actions happens when the model is built.
+``self_play`` (SoccerTwos, StrikersVsGoalie, Tennis) is honoured: it maps to the ghost trainer's
+SelfPlaySettings (tests/test_config_self_play.py). The SAC configs of discrete scenes (Basic,
+GridWorld, Hallway, PushBlock, Pyramids, FoodCollector) have no action-space row: the mapping
+cannot see the scene, so SAC's support for the scene's actions decides when the model is built.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ CONFIGS = Path(__file__).resolve().parent / "data" / "unity_configs"
 
 TH = "time_horizon"
 THREADED = "threaded"
-SELF_PLAY = "self_play"  # changes when the self-play mapping lands (see the module docstring)
 # sb3-contrib's RecurrentPPO: no BPTT chunks, no ent_coef schedule, no reward signals
 MEMORY = {"network_settings.memory.sequence_length", "hyperparameters.beta_schedule"}
 
@@ -37,9 +36,9 @@ EXPECTED_UNHONORED: dict[tuple[str, str], set[str]] = {
     ("imitation/Pyramids.yaml", "Pyramids"): {TH},
     ("poca/DungeonEscape.yaml", "DungeonEscape"): {TH},
     ("poca/PushBlockCollab.yaml", "PushBlockCollab"): {TH},
-    ("poca/SoccerTwos.yaml", "SoccerTwos"): {TH, SELF_PLAY},
-    ("poca/StrikersVsGoalie.yaml", "Goalie"): {TH, SELF_PLAY},
-    ("poca/StrikersVsGoalie.yaml", "Striker"): {TH, SELF_PLAY},
+    ("poca/SoccerTwos.yaml", "SoccerTwos"): {TH},
+    ("poca/StrikersVsGoalie.yaml", "Goalie"): {TH},
+    ("poca/StrikersVsGoalie.yaml", "Striker"): {TH},
     ("ppo/3DBall.yaml", "3DBall"): {TH},
     ("ppo/3DBallHard.yaml", "3DBallHard"): {TH},
     ("ppo/3DBall_randomize.yaml", "3DBall"): {TH},
@@ -56,10 +55,10 @@ EXPECTED_UNHONORED: dict[tuple[str, str], set[str]] = {
     ("ppo/PushBlock.yaml", "PushBlock"): {TH, THREADED},
     ("ppo/Pyramids.yaml", "Pyramids"): {TH, THREADED},
     ("ppo/PyramidsRND.yaml", "Pyramids"): {TH},
-    ("ppo/Sorter_curriculum.yaml", "Sorter"): {TH, THREADED, "env_settings.num_envs"},
-    ("ppo/StrikersVsGoalie.yaml", "Goalie"): {TH, THREADED, SELF_PLAY},
-    ("ppo/StrikersVsGoalie.yaml", "Striker"): {TH, THREADED, SELF_PLAY},
-    ("ppo/Tennis.yaml", "Tennis"): {TH, THREADED, SELF_PLAY},
+    ("ppo/Sorter_curriculum.yaml", "Sorter"): {TH, THREADED},
+    ("ppo/StrikersVsGoalie.yaml", "Goalie"): {TH, THREADED},
+    ("ppo/StrikersVsGoalie.yaml", "Striker"): {TH, THREADED},
+    ("ppo/Tennis.yaml", "Tennis"): {TH, THREADED},
     ("ppo/Visual3DBall.yaml", "Visual3DBall"): {TH, THREADED},
     ("ppo/VisualFoodCollector.yaml", "VisualFoodCollector"): {TH, THREADED},
     ("ppo/Walker.yaml", "Walker"): {TH},

@@ -72,7 +72,12 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--behavior", help="behavior name (when the scene has several)")
     p.add_argument("--n-timesteps", type=int, help="agent-steps to train for (overrides the config)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--num-envs", type=int, default=1, help="Unity instances to run in parallel")
+    p.add_argument(
+        "--num-envs",
+        type=int,
+        default=None,
+        help="Unity instances to run in parallel (default: an ML-Agents config's env_settings.num_envs, else 1)",
+    )
     p.add_argument("--time-scale", type=float, default=20.0, help="Unity time scale (as mlagents-learn)")
     p.add_argument("--no-graphics", action="store_true", help="run Unity builds without rendering")
     p.add_argument("--run-id", default=None, help="name of the results folder (default: <env>_<algo>)")

@@ -535,12 +535,13 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         env=args.env,
         algo=algo,
         seed=args.seed,
-        num_envs=args.num_envs,
+        num_envs=args.num_envs if args.num_envs is not None else hyper.get("num_envs", 1),
         behavior=args.behavior,
         transport=args.transport,
         time_scale=args.time_scale,
         no_graphics=args.no_graphics,
     )
+    hyper.pop("num_envs", None)  # an ML-Agents config's env_settings.num_envs; --num-envs wins
     config.n_timesteps = int(hyper.pop("n_timesteps", config.n_timesteps))
     config.policy = hyper.pop("policy", config.policy)
     config.normalize = hyper.pop("normalize", False)

@@ -62,6 +62,7 @@ from unity_sb3.config.mlagents_schema import (
     _choice,
     _deep_update,
     _Mapper,
+    _number,
     _short,
 )
 from unity_sb3.config.mlagents_trainer import (
@@ -265,8 +266,17 @@ def _map_top_level(m: _Mapper, data: Mapping[str, Any]) -> None:
                 m.row("env_settings.timeout_wait", value, f"open_unity(timeout_wait={float(value)})")
             elif key in RESTART_KEYS:
                 m.run.restarts[RESTART_KEYS[key]] = _restart_setting(key, value)
+            elif key == "num_envs":
+                n = _number(value, "env_settings.num_envs", 1, integer=True)
+                m.run.num_envs = int(n)
+                m.row(
+                    "env_settings.num_envs",
+                    n,
+                    f"unity-sb3 train --num-envs {n}",
+                    "Unity instances; --num-envs wins",
+                )
             else:
-                flag = {"env_path": "--env", "num_envs": "--num-envs", "seed": "--seed"}.get(key)
+                flag = {"env_path": "--env", "seed": "--seed"}.get(key)
                 why = f"give it on the command line ({flag})" if flag else "not supported by unity-sb3"
                 m.ignore(f"env_settings.{key}", value, why)
     if m.run.restarts:

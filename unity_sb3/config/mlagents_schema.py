@@ -214,6 +214,7 @@ class MLAgentsRun:
         them (``max_restarts``, ``restarts_rate_limit_n``, ``restarts_rate_limit_period_s``);
         only the keys the config gives.
     :param save_replay_buffer: SAC's ``hyperparameters.save_replay_buffer``.
+    :param num_envs: ``env_settings.num_envs`` (Unity instances), or ``None`` when not given.
     :param cadence: ``checkpoint_every``, ``keep_checkpoints`` and ``summary_freq`` of
         ``unity-sb3 train`` from ML-Agents' ``checkpoint_interval``, ``keep_checkpoints`` and
         ``summary_freq``; only the keys the config gives.
@@ -233,6 +234,7 @@ class MLAgentsRun:
     open_kwargs: dict[str, Any] = field(default_factory=dict)
     restarts: dict[str, Any] = field(default_factory=dict)
     save_replay_buffer: bool = False
+    num_envs: int | None = None
     cadence: dict[str, int] = field(default_factory=dict)
     rows: list[MappedSetting] = field(default_factory=list)
     self_play: SelfPlaySettings | None = None
@@ -293,7 +295,7 @@ class MLAgentsRun:
     def as_hyperparams(self) -> dict[str, Any]:
         """The settings in the format of :func:`unity_sb3.config.hyperparams.load_hyperparams`.
 
-        Restart limits, ``save_replay_buffer`` and the checkpoint / summary cadence appear only
+        Restart limits, ``save_replay_buffer``, ``num_envs`` and the checkpoint / summary cadence appear only
         when the config gives them; they are run settings (:class:`unity_sb3.run.RunConfig`), not
         constructor arguments.
         """
@@ -309,6 +311,8 @@ class MLAgentsRun:
             out.update(self.restarts, restart_on_crash=self.restart_on_crash)
         if self.save_replay_buffer:
             out["save_replay_buffer"] = True
+        if self.num_envs is not None:
+            out["num_envs"] = self.num_envs
         out.update(self.cadence)
         return out
 
