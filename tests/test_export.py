@@ -723,3 +723,84 @@ def test_cli_export_needs_an_algorithm_and_a_known_scene(tmp_path):
         main(["export", str(tmp_path / "m.zip"), "--algo", "ppo", "--env", "NoSuchScene"])
     with pytest.raises(SystemExit, match="no model"):
         main(["export", str(tmp_path / "missing.zip"), "--algo", "ppo"])
+
+
+# ------------------------------------------------------------------------------- rank-2 (buffer sensors)
+
+# Unity's own rank-2 test model, com.unity.ml-agents/Tests/Editor/TestModels/discrete_rank2_vector_v2_0.onnx,
+# is checked (ParameterLoaderTest.TestCheckModelRank2) against a BufferSensor(maxNumObservables 20,
+# observableSize 23), VectorSensor(10) and VectorSensor(8), and discrete branches (3, 3, 3).
+UNITY_RANK2 = BehaviorSpec([buffer(20, 23, "BufferSensor"), vector(10), vector(8)], ActionSpec(0, (3, 3, 3)))
+
+
+def padded_entities(spec: BehaviorSpec, n: int = 48, seed: int = 3) -> list[np.ndarray]:
+    """Unity observations whose rank-2 ones hold 0..rows entities, zero rows after, as ONNX inputs."""
+    from unity_sb3.export.specs import entities_to_onnx
+
+    obs = unity_observations(spec, n=n, seed=seed)
+    rng = np.random.default_rng(seed)
+    for i, obs_spec in enumerate(spec.observation_specs):
+        if len(obs_spec.shape) == 2:
+            rows = obs[i].copy()
+            count = rng.integers(0, obs_spec.shape[0] + 1, size=n)
+            rows[np.arange(obs_spec.shape[0])[None, :] >= count[:, None]] = 0.0
+            obs[i] = entities_to_onnx(rows)
+    return obs
+
+
+def attention_model(spec: BehaviorSpec, cls=PPO):
+    from unity_sb3.networks.extractors import UnityMultiInputExtractor
+
+    kwargs = dict(features_extractor_class=UnityMultiInputExtractor, net_arch=[16])
+    kwargs["features_extractor_kwargs"] = dict(entity_embedding_size=16)
+    return make_model(cls, spec, "MultiInputPolicy", policy_kwargs=kwargs)
+
+
+@pytest.mark.parametrize("opset", [9, 15])
+def test_rank2_inputs_have_the_signature_of_unitys_rank2_test_model(tmp_path, opset):
+    model = attention_model(UNITY_RANK2, MaskablePPO)
+    assert model.policy.features_extractor.attention is not None
+    scale_head(model, 30.0)
+    path = export(model, tmp_path, UNITY_RANK2, opset=opset)
+    info = inspect_onnx(path)
+    assert info.inputs == {
+        "obs_0": ("batch", 20, 23),
+        "obs_1": ("batch", 10),
+        "obs_2": ("batch", 8),
+        "action_masks": ("batch", 9),
+    }
+    assert info.discrete_branches == (3, 3, 3) and info.version == 3 and info.memory_size == 0
+    assert check_onnx(path, UNITY_RANK2) == []
+    masks = random_masks((3, 3, 3), n=48)
+    assert_same_actions(model, path, UNITY_RANK2, masks=masks, obs=padded_entities(UNITY_RANK2))
+
+
+def test_rank2_input_is_read_as_ml_agents_exporter_reads_it(tmp_path):
+    """``obs_i`` of a buffer sensor is transposed and reshaped as ML-Agents' EntityEmbedding does when exporting."""
+    from unity_sb3.export.specs import entities_from_onnx, entities_to_onnx
+
+    spec = BehaviorSpec([vector(4, "vec"), buffer(6, 5, "buf")], ActionSpec(0, (5,)))
+    model = attention_model(spec)
+    scale_head(model, 30.0)
+    path = export(model, tmp_path, spec)
+    vec, feeds = padded_entities(spec)
+    rows = entities_from_onnx(feeds)
+    np.testing.assert_array_equal(entities_to_onnx(rows), feeds)
+    # obs_i[b] = the rows' values written column after column: x[b, e, f] = rows[b].ravel()[f * 6 + e]
+    np.testing.assert_array_equal(feeds[:, 2, 1], rows.reshape(len(rows), -1)[:, 1 * 6 + 2])
+    got = run_onnx(path, [vec, feeds])["discrete_actions"][:, 0]
+    expected, _ = model.predict({"vec": vec, "buf": rows}, deterministic=True)
+    np.testing.assert_array_equal(got, expected)
+    assert not np.array_equal(got, run_onnx(path, [vec, rows])["discrete_actions"][:, 0])
+
+
+@pytest.mark.parametrize("cls_name", ["SAC", "POCA"])
+def test_rank2_attention_exports_for_sac_and_poca(tmp_path, cls_name):
+    import unity_sb3
+
+    spec = BehaviorSpec([vector(4, "vec"), buffer(6, 5, "buf")], ActionSpec(2, ()))
+    model = attention_model(spec, getattr(unity_sb3, cls_name))
+    scale_head(model, 30.0)
+    path = export(model, tmp_path, spec)
+    assert inspect_onnx(path).inputs["obs_1"] == ("batch", 6, 5)
+    assert_same_actions(model, path, spec, obs=padded_entities(spec))

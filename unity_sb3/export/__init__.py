@@ -8,8 +8,10 @@ ML-Agents' own serializer (model API version 3, "MLAgents2_0"):
 Inputs (batch axis ``batch``):
 
 - ``obs_i``: the behavior's ``i``-th observation, float32, in Unity's layout: ``(batch, d)``
-  for vectors, ``(batch, n, d)`` for buffer sensors, ``(batch, C, H, W)`` (NCHW) for visual
-  observations with values in [0, 1];
+  for vectors, ``(batch, n, d)`` for buffer sensors (rank-2; the graph reads them as ML-Agents'
+  exporter does, ``x.transpose(1, 2).reshape(-1, n, d)``, see ``specs.entities_to_onnx``, so a
+  model gets a buffer sensor's rows from Unity's inference as ML-Agents' own Sorter model does),
+  ``(batch, C, H, W)`` (NCHW) for visual observations with values in [0, 1];
 - ``action_masks``: only with discrete branches, float32 ``(batch, sum(branches))`` with
   1 = allowed, 0 = masked (what Unity's ``ActionMaskInputGenerator`` writes);
 - ``recurrent_in``: only for recurrent policies, ``(batch, 1, memory_size)``.

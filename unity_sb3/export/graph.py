@@ -83,6 +83,9 @@ class ObservationAdapter(nn.Module):
     def forward(self, inputs: Sequence[th.Tensor]) -> th.Tensor | dict[str, th.Tensor]:
         parts = []
         for route, x in zip(self.routes, inputs):
+            if route.entities:  # as ML-Agents' exporter reads a rank-2 input (specs.entities_from_onnx)
+                rows, size = route.onnx_shape
+                x = th.transpose(x, 1, 2).reshape(-1, rows, size)
             if route.visual:
                 if route.channels_last:
                     x = x.permute(0, 2, 3, 1)

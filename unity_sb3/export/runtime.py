@@ -32,6 +32,7 @@ from unity_sb3.export.names import (
 )
 from unity_sb3.export.specs import (
     behavior_spaces_for,
+    entities_from_onnx,
     infer_behavior_spec,
     load_vec_normalize,
     onnx_shape,
@@ -196,7 +197,8 @@ def run_onnx(
     """Run an exported model as Unity's ``ModelRunner`` does and return every output by name.
 
     :param path: the ONNX file.
-    :param observations: one float array per sensor, ``(n_agents, *onnx_shape)`` (visual NCHW).
+    :param observations: one float array per sensor, ``(n_agents, *onnx_shape)`` (visual NCHW;
+        rank-2 as Unity's inference lays them out, see :func:`~unity_sb3.export.specs.entities_to_onnx`).
     :param action_masks: ``(n_agents, sum(branches))``, 1/True = allowed (default: all allowed).
     :param memories: ``(n_agents, 1, memory_size)`` for recurrent models (default: zeros).
     :param session: an onnxruntime session to reuse.
@@ -243,7 +245,8 @@ def predict_unity_actions(
     reference an exported model is checked against.
 
     :param observations: one array per sensor in Unity's layout as the ONNX model takes it
-        (visual observations NCHW in [0, 1]), ``(n_agents, ...)`` each.
+        (visual observations NCHW in [0, 1], rank-2 ones as :func:`~unity_sb3.export.specs.entities_to_onnx`
+        gives them), ``(n_agents, ...)`` each.
     :param action_masks: ``(n_agents, sum(branches))`` with True/1 = allowed; passed to
         ``predict`` when the model takes masks (MaskablePPO, POCA).
     :param state: recurrent state for RecurrentPPO (``(h, c)``), else None.
@@ -261,6 +264,8 @@ def predict_unity_actions(
             and channel_axis(tuple(obs_spec.shape), tuple(obs_spec.dimension_property)) == 2
         ):
             obs = np.moveaxis(obs, 1, -1)  # NCHW -> Unity's HWC spec layout
+        elif len(obs_spec.shape) == 2:
+            obs = entities_from_onnx(obs)
         unity_obs.append(obs)
     obs_in = behavior.observations(unity_obs)
     normalizer = load_vec_normalize(vec_normalize)

@@ -80,6 +80,24 @@ def infer_behavior_spec(observation_space: spaces.Space, action_space: spaces.Sp
     return BehaviorSpec(obs_specs, action_spec)
 
 
+def entities_to_onnx(rows: np.ndarray) -> np.ndarray:
+    """A batch of rank-2 observations ``(n, entities, features)`` as the ``obs_i`` tensor of Unity's inference.
+
+    ML-Agents' exporter reads a rank-2 input ``x`` as ``x.transpose(1, 2).reshape(-1, entities,
+    features)`` (``EntityEmbedding`` and ``get_zero_entities_mask`` under ``exporting_to_onnx``),
+    because Unity's inference writes a buffer sensor's rows that way; the exported graph does the
+    same, so this is the tensor that gives the model back ``rows``. Inverse of :func:`entities_from_onnx`.
+    """
+    n, entities, features = rows.shape
+    return np.ascontiguousarray(np.asarray(rows).reshape(n, features, entities).transpose(0, 2, 1))
+
+
+def entities_from_onnx(x: np.ndarray) -> np.ndarray:
+    """The rows a rank-2 ``obs_i`` tensor stands for (what the exported graph reads); inverse of :func:`entities_to_onnx`."""
+    n, entities, features = x.shape
+    return np.ascontiguousarray(np.asarray(x).transpose(0, 2, 1).reshape(n, entities, features))
+
+
 def onnx_shape(spec: ObservationSpec) -> tuple[int, ...]:
     """Per-agent shape of an observation's ONNX input: NCHW for visual observations."""
     shape = tuple(int(d) for d in spec.shape)
@@ -99,6 +117,7 @@ class ObsRoute:
     visual: bool
     channels_last: bool  # the policy wants (H, W, C)
     uint8: bool  # the policy's space holds uint8 images: round(x * 255)
+    entities: bool = False  # rank-2 (buffer sensor): read as ML-Agents' exporter does (entities_from_onnx)
 
 
 def plan_observations(spec: BehaviorSpec, space: spaces.Space) -> tuple[list[ObsRoute], str]:
@@ -133,7 +152,8 @@ def plan_observations(spec: BehaviorSpec, space: spaces.Space) -> tuple[list[Obs
                 f"policy expects {target}; pass the behavior_spec the model was trained on"
             )
         uint8 = bool(is_visual(obs_spec) and sub.dtype == np.uint8)
-        return ObsRoute(key, unity_shape, is_visual(obs_spec), channels_last, uint8)
+        entities = len(obs_spec.shape) == 2
+        return ObsRoute(key, unity_shape, is_visual(obs_spec), channels_last, uint8, entities)
 
     if isinstance(space, spaces.Dict):
         keys = observation_keys(obs_specs)
