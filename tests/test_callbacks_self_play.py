@@ -7,15 +7,17 @@ import threading
 
 import numpy as np
 import pytest
-from selfplay_scenes import TEAM0, TEAM1, Showdown
+from multi_behavior_scenes import HUNTER, PREY, Duel
+from selfplay_scenes import TEAM1, Showdown
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.logger import configure
 from stable_baselines3.common.utils import set_random_seed
 
-from unity_sb3 import PPO
+from unity_sb3 import POCA, PPO
 from unity_sb3.callbacks.checkpoint import AtomicCheckpointCallback
 from unity_sb3.callbacks.progress import LiveProgressCallback
 from unity_sb3.callbacks.self_play import ELO_TAG, SelfPlayCallback, self_play_callbacks, self_play_state_path
+from unity_sb3.multi_behavior import MultiBehaviorTrainer
 from unity_sb3.selfplay import SelfPlaySettings
 from unity_sb3.wrappers.lockstep import LockstepUnity
 
@@ -184,13 +186,37 @@ def test_progress_bar_shows_the_elo(lockstep):
     assert bar.bar is None  # closed; the text reached tqdm through set_postfix_str (no error)
 
 
-def test_asymmetric_callbacks_share_one_controller_and_park_the_frozen_behavior(lockstep):
-    callbacks = self_play_callbacks(lockstep, {TEAM0: {"team_change": 100}, TEAM1: None}, seed=0)
-    first, second = callbacks[TEAM0], callbacks[TEAM1]
-    assert first.controller is second.controller
-    assert first.is_learning and not second.is_learning
-    second.controller.change_training_team()
-    assert second.is_learning and not first.is_learning
+def test_asymmetric_behaviors_take_turns_and_the_frozen_one_is_answered_by_its_snapshots():
+    """Hunter (PPO, continuous) and Prey (POCA, masked discrete, groups): one model each, one learns at a time."""
+    set_random_seed(0)
+    unity = LockstepUnity(Duel(num_agents=2), step_timeout=30.0)
+    settings = {"save_steps": 20, "team_change": 40, "swap_steps": 10}
+    callbacks = self_play_callbacks(unity, {HUNTER: settings, PREY: settings}, seed=0)
+    hunter, prey = callbacks[HUNTER], callbacks[PREY]
+    assert hunter.controller is prey.controller
+    assert hunter.is_learning and not prey.is_learning  # the first behavior given learns first
+    trainer = MultiBehaviorTrainer(
+        unity,
+        {
+            HUNTER: lambda env: PPO("MlpPolicy", env, n_steps=16, batch_size=16, n_epochs=1, device="cpu"),
+            PREY: lambda env: POCA(
+                "MultiInputPolicy", env, n_steps=16, batch_size=16, n_epochs=1, device="cpu"
+            ),
+        },
+        callbacks=callbacks,
+    )
+    try:
+        trainer.learn(160)
+        assert trainer.models[HUNTER].num_timesteps >= 160 and trainer.models[PREY].num_timesteps >= 160
+        assert hunter.controller.team_changes >= 2
+        # each behavior was frozen for a while: its own snapshots answered its agents
+        assert hunter.state.ghosts[0].decisions > 0 and prey.state.ghosts[1].decisions > 0
+        # a result moves the learner's rating and the other behavior's opponent snapshot oppositely
+        for callback in (hunter, prey):
+            assert len(callback.state.pool.snapshots) > 1
+    finally:
+        trainer.close()
+        unity.close()
 
 
 @pytest.mark.slow

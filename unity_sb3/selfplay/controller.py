@@ -108,13 +108,18 @@ class GhostController:
     def change_training_team(self, step: int = 0) -> int:
         """The learning team goes to the back of the queue and the next one learns.
 
+        Teams of behaviors whose learner has finished are passed over while another behavior still
+        trains (its learner would otherwise wait for a turn that never comes).
+
         :param step: the learner step that triggered the change (for the record).
         :return: the new learning team.
         """
         with self.lock:
-            if self._queue:
+            for _ in range(len(self._queue) + 1):
                 self._queue.append(self._learning_team)
                 self._learning_team = self._queue.popleft()
+                if not self._behaviors[self._learning_team].finished:
+                    break
             self.team_changes += 1
         return self._learning_team
 

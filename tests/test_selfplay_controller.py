@@ -1,0 +1,68 @@
+"""GhostController and SelfPlayBehavior: who learns, in which order, and what is saved."""
+
+from __future__ import annotations
+
+import pytest
+
+from unity_sb3.selfplay import GhostController, SelfPlayBehavior, SelfPlaySettings
+
+
+def behaviors(*teams_of: list[int], controller: GhostController | None = None) -> list[SelfPlayBehavior]:
+    controller = controller or GhostController()
+    return [
+        SelfPlayBehavior(f"B{i}", teams, SelfPlaySettings(), controller) for i, teams in enumerate(teams_of)
+    ]
+
+
+def test_first_subscribed_team_learns_and_teams_rotate_in_order():
+    controller = GhostController()
+    behaviors([0, 1], [2], controller=controller)
+    assert controller.learning_team == 0
+    assert [controller.change_training_team() for _ in range(4)] == [1, 2, 0, 1]
+    assert controller.team_changes == 4
+
+
+def test_a_finished_behavior_is_passed_over_while_another_still_trains():
+    controller = GhostController()
+    first, second = behaviors([0], [1], controller=controller)
+    second.finished = True
+    assert controller.change_training_team() == 0  # back to the only behavior still training
+    second.finished, first.finished = False, True
+    assert controller.change_training_team() == 1
+
+
+def test_one_team_played_by_two_behaviors_is_refused():
+    controller = GhostController()
+    behaviors([0], controller=controller)
+    with pytest.raises(ValueError, match=r"team 0 is already played by behavior 'B0'.*different team ids"):
+        SelfPlayBehavior("Other", [0], SelfPlaySettings(), controller)
+
+
+def test_the_team_change_rule_uses_the_learner_steps_of_the_behavior():
+    step = [0]
+    (behavior,) = behaviors([0, 1])
+    behavior.settings = SelfPlaySettings(save_steps=10**6, team_change=100, swap_steps=10**6)
+    behavior.bind(lambda: step[0], dict)
+    behavior.start()
+    changed = []
+    for step[0] in range(0, 401, 10):
+        if behavior.advance().team_changed:
+            changed.append(step[0])
+    assert changed == [110, 220, 330]  # strictly more than team_change since the last change
+    assert behavior.controller.learning_team == 1
+    assert behavior.learning_team == 1  # the swap that follows a change saw it
+
+
+def test_controller_state_round_trips_and_refuses_other_teams():
+    controller = GhostController()
+    behaviors([0, 1], [2], controller=controller)
+    controller.change_training_team()
+    saved = controller.state_dict()
+    other = GhostController()
+    behaviors([0, 1], [2], controller=other)
+    other.load_state_dict(saved)
+    assert other.learning_team == 1 and other.state_dict() == saved
+    with pytest.raises(ValueError, match=r"teams \[0, 1, 2\] but this run has \[0, 1\]"):
+        lone = GhostController()
+        behaviors([0, 1], controller=lone)
+        lone.load_state_dict(saved)
