@@ -26,7 +26,10 @@ false) and agent B (``Tennis?team=1``, right, ``invertX`` true); ``num_agents`` 
   loser -1 (``SetReward``), both episodes end and the ball is served again. A loses when the
   ball bounces twice on its side, when it bounces on its side first after a serve, when A
   hits it twice in a row, into the net before a valid bounce, into A's own wall, or long into
-  B's wall without a bounce (and the same for B). Nothing else is rewarded. No ``MaxStep``:
+  B's wall without a bounce (and the same for B). As in ``HitWall``, the net ends a point only
+  until the rally's first valid bounce or volley (its ``net`` flag stays set for the rest of
+  the point), and a ball that reaches A's wall untouched after a serve is B's fault. Nothing
+  else is rewarded. No ``MaxStep``:
   ``max_steps`` is 0 (an interrupted episode restarts the rackets but not the point, as in
   Unity where only ``HitWall`` serves the ball again).
 * Episode start (``OnEpisodeBegin``, ``TennisArea.MatchReset``): each racket at x = -+U(6, 8),
@@ -49,8 +52,11 @@ Differences from Unity, and why:
 
 * Rigid bodies are a 2-D ballistic model, not PhysX: a racket is a capsule of the box's
   thickness (rounded corners), contacts are resolved one at a time in the order rackets, net,
-  floor, walls, and a racket does not collide with the net or the other racket (they cannot
-  reach each other). Close-call hits can differ from Unity's; the rules above are exact.
+  floor, walls, and a racket does not collide with the net or the other racket (the net
+  limit keeps them apart, except for a low racket tilted flat right at the limit). Close-call
+  hits can differ from Unity's; the rules above are exact. Unity's trained ``Tennis.onnx`` was
+  not available here, so unlike Ball3D this re-creation is not checked against Unity's own
+  policy.
 * ``scale`` applies to every point; in Unity ``MatchReset`` puts the ball back to 0.5 after
   each point, so only the first point sees it. The ``angle`` parameter is left out: Unity
   overwrites that racket angle with the next action, before any physics step sees it.
