@@ -34,6 +34,9 @@ _LAZY: dict[str, str] = {
     "UnityCnn": "unity_sb3.networks.extractors",
     "LockstepUnity": "unity_sb3.wrappers.lockstep",
     "MultiBehaviorTrainer": "unity_sb3.multi_behavior",
+    "SelfPlayCallback": "unity_sb3.callbacks.self_play",
+    "self_play_callbacks": "unity_sb3.callbacks.self_play",
+    "SelfPlaySettings": "unity_sb3.selfplay.settings",
 }
 
 __all__ = ["__version__", *_LAZY]

@@ -1,4 +1,4 @@
-"""SB3 callbacks of a training run: checkpoints, progress, stats, curriculum."""
+"""SB3 callbacks of a training run: checkpoints, progress, stats, curriculum, self-play."""
 
 from __future__ import annotations
 
@@ -16,12 +16,14 @@ from unity_sb3.callbacks.checkpoint import (
     write_json_atomic,
 )
 from unity_sb3.callbacks.progress import LiveProgressCallback
+from unity_sb3.callbacks.self_play import SelfPlayCallback, self_play_callbacks
 
 __all__ = [
     "CHECKPOINT_PATTERN",
     "REPLAY_BUFFER_STEP",
     "AtomicCheckpointCallback",
     "LiveProgressCallback",
+    "SelfPlayCallback",
     "SummaryCallback",
     "is_loadable_zip",
     "latest_checkpoint",
@@ -29,5 +31,6 @@ __all__ = [
     "read_model_timesteps",
     "save_atomic",
     "save_replay_buffer_atomic",
+    "self_play_callbacks",
     "write_json_atomic",
 ]
