@@ -259,3 +259,40 @@ def test_soccer_through_the_player_matches_in_process(tmp_path):
         )
     finally:
         close_and_check(env, log)
+
+
+@pytest.mark.parametrize(
+    ("scene", "behaviors", "n_timesteps"),
+    [
+        ("SoccerTwos", {BLUE: (1280, "MultiInputPolicy"), PURPLE: (1280, "MultiInputPolicy")}, 5e7),
+        ("StrikersVsGoalie", {STRIKER: (1280, "MultiInputPolicy"), GOALIE: (2560, "MlpPolicy")}, 3e7),
+    ],
+)
+def test_shipped_poca_settings_follow_unitys_configs(scene, behaviors, n_timesteps):
+    from unity_sb3.config.hyperparams import load_hyperparams
+    from unity_sb3.config.model_args import parse_policy_kwargs, prepare_model_args
+    from unity_sb3.run import CADENCE_SETTINGS
+    from unity_sb3.wrappers.vec_env import UnityVecEnv
+
+    params = load_hyperparams("poca", scene)
+    assert params["n_timesteps"] == n_timesteps and params["open_kwargs"] == {"num_agents": 8}
+    assert (params["batch_size"], params["n_epochs"], params["learning_rate"]) == (2048, 3, 3e-4)
+    assert (params["ent_coef"], params["clip_range"], params["gae_lambda"], params["gamma"]) == (
+        0.005,
+        0.2,
+        0.95,
+        0.99,
+    )
+    assert params["schedule"] == "constant" and parse_policy_kwargs(params["policy_kwargs"])["net_arch"] == [
+        512,
+        512,
+    ]
+    for behavior, (n_steps, policy_name) in behaviors.items():
+        venv = UnityVecEnv(scene, behavior_name=behavior, open_kwargs=params["open_kwargs"])
+        try:
+            run_settings = ("n_timesteps", "policy", "open_kwargs", *CADENCE_SETTINGS)  # run.py takes these
+            args = {k: v for k, v in params.items() if k not in run_settings}
+            policy, kwargs = prepare_model_args("poca", params["policy"], args, venv)
+        finally:
+            venv.close()
+        assert (policy, kwargs["n_steps"]) == (policy_name, n_steps)  # 20480 agent steps per update
