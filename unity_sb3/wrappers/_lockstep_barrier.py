@@ -27,6 +27,7 @@ under one ``threading.Condition`` per instance:
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -56,6 +57,7 @@ from mlagents_envs.base_env import (  # isort: skip
     DecisionSteps,
     TerminalSteps,
 )
+from mlagents_envs.exception import UnityException  # isort: skip
 
 Answerer = Callable[[str, DecisionSteps], ActionTuple | None]
 
@@ -66,7 +68,11 @@ _MISSING = object()
 
 
 class UnityLockstepError(RuntimeError):
-    """A lockstep view cannot go on: aborted, detached, timed out, closed, or another view's step failed."""
+    """A lockstep view cannot go on: aborted, detached, timed out or closed."""
+
+
+class UnityLockstepCrash(UnityException):
+    """The Unity instance crashed in a step another view ran; a view with ``restart_on_crash`` restarts it."""
 
 
 @dataclass(eq=False)
@@ -85,6 +91,7 @@ class ViewState:
     by_base: bool
     detached: bool = False
     constructing: bool = False
+    venv: Any = None  # its UnityVecEnv, once built: a proxy's close() detaches only when it closes
 
 
 @dataclass(eq=False)
@@ -102,6 +109,7 @@ class _ProxyState:
     parts: list[tuple[str, int]] = field(default_factory=list)  # (behavior, agents) of the cached batch
     actions: dict[str, ActionTuple] = field(default_factory=dict)
     action_round: int = -1
+    failed_generation: int = -1  # the instance generation whose crash this view was told about
 
     def needed(self) -> bool:
         return any(len(r) for r in self.dec_rows.values())
@@ -118,6 +126,7 @@ class InstanceBarrier:
     :param parked: ``parked(view)``: whether none of the view's behaviors may own agents now.
     :param answerers: behavior -> answerer for agents no view answers (read at every step).
     :param step_timeout: seconds a view waits at the barrier before raising.
+    :param reopen: opens the instance again after a crash (``None``: it cannot be restarted).
     """
 
     def __init__(
@@ -129,6 +138,7 @@ class InstanceBarrier:
         parked: Callable[[ViewState], bool],
         answerers: Mapping[str, Answerer],
         step_timeout: float,
+        reopen: Callable[[], BaseEnv] | None = None,
     ) -> None:
         self.env = env
         self.worker_id = worker_id
@@ -136,6 +146,8 @@ class InstanceBarrier:
         self.cond = threading.Condition()
         self.round = 0  # +1 at every real step and real reset
         self.unity_steps = 0
+        self.generation = 0  # +1 at every restart of the instance
+        self.reopen = reopen
         self._owner_for = owner_for
         self._parked = parked
         self._answerers = answerers
@@ -147,7 +159,7 @@ class InstanceBarrier:
         self._stepped = True  # Unity stepped since the last real reset (or was never reset)
         self._busy = False
         self._error: BaseException | None = None
-        self._failure: tuple[BaseException, str] | None = None
+        self._failure: tuple[BaseException, str] | None = None  # a crash nobody restarted yet
         self._seed: int | None = None  # for the next real reset
 
     # ------------------------------------------------------------------ views
@@ -281,6 +293,54 @@ class InstanceBarrier:
             self.round += 1
             self.cond.notify_all()
 
+    def restart(self, state: _ProxyState) -> LockstepProxy:
+        """Re-open the crashed instance for the view of ``state`` (``UnityVecEnv``'s restart calls
+        this as its factory); when another view has re-opened it since the crash this view saw, only
+        hand out the proxy again. The other views' live agents end as interrupted."""
+        with self.cond:
+            self._wait_idle()
+            if self.generation > state.failed_generation or self._failure is None:
+                return LockstepProxy(self, state)
+            if self.reopen is None:
+                raise UnityConfigurationError(
+                    f"Unity worker {self.worker_id} was given as a BaseEnv object and cannot be re-opened; give "
+                    "LockstepUnity a target string or a factory to restart crashed instances"
+                )
+            self._busy = True
+            self.cond.release()
+            try:
+                with contextlib.suppress(Exception):  # the crashed instance may not close cleanly
+                    self.env.close()
+                env = self.reopen()
+                specs = {name: env.behavior_specs[name] for name in env.behavior_specs}
+                if specs != self.specs:
+                    raise UnityConfigurationError(
+                        f"Unity worker {self.worker_id} came back with behaviors {sorted(specs)} and other specs "
+                        f"than before ({sorted(self.specs)})"
+                    )
+            except BaseException:
+                self.cond.acquire()
+                self._busy = False
+                self.cond.notify_all()
+                raise
+            self.cond.acquire()
+            for view, p in self._proxies.items():
+                if not view.detached:
+                    self._end_live_agents(view, p)
+            for owners in self._owner.values():
+                owners.clear()
+            self.env = env
+            self._steps = {n: (DecisionSteps.empty(s), TerminalSteps.empty(s)) for n, s in self.specs.items()}
+            for p in self._proxies.values():
+                p.dec_rows, p.live, p.cache, p.actions = {}, 0, None, {}
+            self._failure = None
+            self.generation += 1
+            self._stepped = True  # the next reset is a real one
+            self.round += 1
+            self._busy = False
+            self.cond.notify_all()
+            return LockstepProxy(self, state)
+
     # ------------------------------------------------------------------ the barrier
     def _await_step(self, state: _ProxyState) -> None:
         deadline = time.monotonic() + self._timeout
@@ -354,6 +414,9 @@ class InstanceBarrier:
     def _fail(self, exc: BaseException, view: ViewState) -> None:
         self._busy = False
         self._failure = (exc, view.name)
+        state = self._proxies.get(view)
+        if state is not None:  # this view raises ``exc`` itself
+            state.failed_generation = self.generation
         self.cond.notify_all()
 
     def _wait_idle(self) -> None:
@@ -367,9 +430,11 @@ class InstanceBarrier:
             ) from self._error
         if self._failure is not None:
             exc, who = self._failure
-            raise UnityLockstepError(
+            state.failed_generation = self.generation
+            raise UnityLockstepCrash(
                 f"Unity worker {self.worker_id}: the Unity step run by lockstep view {who!r} failed "
-                f"({type(exc).__name__}: {exc}); view {state.view.name!r} cannot go on"
+                f"({type(exc).__name__}: {exc}); view {state.view.name!r} cannot go on unless it restarts "
+                "the instance (restart_on_crash=True)"
             ) from exc
         if state.view.detached and not detached_ok:
             raise UnityLockstepError(
@@ -406,15 +471,18 @@ class InstanceBarrier:
         self._read_steps()
         self._assign(deliver_terminals=True)
 
+    def _end_live_agents(self, view: ViewState, p: _ProxyState) -> None:
+        """The view's live agents vanish from Unity: their episodes end, interrupted, in its inbox."""
+        for name in view.behaviors:
+            mine = [a for a, o in self._owner[name].items() if o is view]
+            if mine:
+                ended = interrupted_terminals(mine, self._steps[name][0], self.specs[name])
+                p.inbox.setdefault(name, []).append(ended)
+
     def _real_reset(self, resetter: ViewState) -> None:
         for view, p in self._proxies.items():
-            if view is resetter or view.detached:
-                continue
-            for name in view.behaviors:
-                mine = [a for a, o in self._owner[name].items() if o is view]
-                if mine:
-                    ended = interrupted_terminals(mine, self._steps[name][0], self.specs[name])
-                    p.inbox.setdefault(name, []).append(ended)
+            if view is not resetter and not view.detached:
+                self._end_live_agents(view, p)
         for owners in self._owner.values():
             owners.clear()
         seed, self._seed = self._seed, None
@@ -499,6 +567,11 @@ class LockstepProxy(BaseEnv):
         self._state = state
 
     @property
+    def state(self) -> _ProxyState:
+        """The barrier's bookkeeping of this view on this instance."""
+        return self._state
+
+    @property
     def behavior_specs(self) -> BehaviorMapping:
         view = self._state.view
         return BehaviorMapping({view.name: view.spec})
@@ -514,6 +587,9 @@ class LockstepProxy(BaseEnv):
         self._barrier.reset(self._state)
 
     def close(self) -> None:
+        venv = self._state.view.venv
+        if venv is not None and not getattr(venv, "closed", True):
+            return  # its UnityVecEnv restarts a crashed instance: the view stays attached
         self._state.view.detached = True
         self._barrier.detach(self._state.view)
 

@@ -52,6 +52,7 @@ import re
 import threading
 import warnings
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 from stable_baselines3.common.vec_env import VecEnv, VecEnvWrapper
@@ -62,6 +63,8 @@ from unity_sb3.validation import close_matches
 from unity_sb3.wrappers._lockstep_barrier import (
     Answerer,
     InstanceBarrier,
+    LockstepProxy,
+    UnityLockstepCrash,
     UnityLockstepError,
     ViewState,
 )
@@ -70,14 +73,27 @@ from unity_sb3.wrappers.vec_env import UnityVecEnv
 
 from mlagents_envs.base_env import BaseEnv  # isort: skip
 
-__all__ = ["LockstepUnity", "UnityLockstepError", "behavior_dir"]
+__all__ = ["LockstepUnity", "UnityLockstepCrash", "UnityLockstepError", "behavior_dir"]
 
 EnvSource = BaseEnv | str | Callable[[], BaseEnv]
 _REFUSED_VIEW_KWARGS = {
     "other_behaviors": "agents no view owns are answered by LockstepUnity.set_answerer(behavior, fn)",
     "open_kwargs": "pass open_kwargs to LockstepUnity, which opens the instances",
-    "restart_on_crash": "a crashed instance is shared by every view, so lockstep views cannot restart it",
 }
+
+
+class _ProxySource:
+    """A view's factory for one instance: its proxy first, the restarted instance's after a crash
+    (what ``UnityVecEnv``'s ``restart_on_crash`` calls)."""
+
+    def __init__(self, barrier: InstanceBarrier, proxy: LockstepProxy) -> None:
+        self._barrier = barrier
+        self._first: LockstepProxy | None = proxy
+        self._state = proxy.state
+
+    def __call__(self) -> LockstepProxy:
+        first, self._first = self._first, None
+        return first if first is not None else self._barrier.restart(self._state)
 
 
 def behavior_dir(behavior: str) -> str:
@@ -143,19 +159,29 @@ class LockstepUnity:
             )
         self._barriers = [
             InstanceBarrier(
-                e, i, self._specs, self._owner_for, self._parked, self._answerers, self.step_timeout
+                e,
+                i,
+                self._specs,
+                self._owner_for,
+                self._parked,
+                self._answerers,
+                self.step_timeout,
+                reopen=None if isinstance(source, BaseEnv) else partial(self._open, source, i, restart=True),
             )
-            for i, e in enumerate(envs)
+            for i, (e, source) in enumerate(zip(envs, sources))
         ]
 
-    def _open(self, source: EnvSource, worker_id: int) -> BaseEnv:
+    def _open(self, source: EnvSource, worker_id: int, restart: bool = False) -> BaseEnv:
         if isinstance(source, BaseEnv):
             return source
         if isinstance(source, str):
             from unity_sb3.open import open_unity
 
             base = self.open_kwargs.get("worker_id", 0)
-            return open_unity(source, **{**self.open_kwargs, "worker_id": base + worker_id})
+            kwargs = {**self.open_kwargs, "worker_id": base + worker_id}
+            if restart:  # another program may have taken the crashed instance's port meanwhile
+                kwargs["find_free_port"] = True
+            return open_unity(source, **kwargs)
         if callable(source):
             env = source()
             if not isinstance(env, BaseEnv):
@@ -200,12 +226,18 @@ class LockstepUnity:
         """
         self._check_open()
         for key, why in _REFUSED_VIEW_KWARGS.items():
-            if key in unity_vec_env_kwargs and (key != "restart_on_crash" or unity_vec_env_kwargs[key]):
+            if key in unity_vec_env_kwargs:
                 raise UnityConfigurationError(f"LockstepUnity.vec_env does not take {key}=: {why}")
+        fixed = [b.worker_id for b in self._barriers if b.reopen is None]
+        if unity_vec_env_kwargs.get("restart_on_crash") and fixed:
+            raise UnityConfigurationError(
+                f"restart_on_crash=True needs every instance to be re-openable, but Unity worker(s) {fixed} "
+                "were given as BaseEnv objects; give LockstepUnity target strings or factories"
+            )
         view = self._new_view(behavior)
-        proxies = [barrier.add_view(view) for barrier in self._barriers]
+        sources = [_ProxySource(barrier, barrier.add_view(view)) for barrier in self._barriers]
         try:
-            venv = UnityVecEnv(proxies, view.name, **unity_vec_env_kwargs)
+            venv = UnityVecEnv(sources, view.name, **unity_vec_env_kwargs)
         except BaseException:
             with self._lock:
                 self._views.pop(view.name, None)
@@ -214,6 +246,7 @@ class LockstepUnity:
             raise
         finally:
             view.constructing = False
+        view.venv = venv
         self._venvs[view.name] = venv
         return venv
 
