@@ -66,3 +66,40 @@ def test_controller_state_round_trips_and_refuses_other_teams():
         lone = GhostController()
         behaviors([0, 1], controller=lone)
         lone.load_state_dict(saved)
+
+
+class FakeGhost:
+    def __init__(self) -> None:
+        self.decisions = 0
+        self.loaded: list[float] = []
+
+    def load_weights(self, weights) -> None:
+        self.loaded.append(float(weights["w"]))
+
+
+def test_a_restored_behavior_puts_its_ghosts_back_on_the_opponent_it_was_playing():
+    import torch as th
+
+    step, value = [0], [0.0]
+    (saved,) = behaviors([0, 1])
+    saved.settings = SelfPlaySettings(save_steps=5, team_change=10**6, swap_steps=10**6, window=4)
+    saved.bind(lambda: step[0], lambda: {"w": th.tensor(value[0])})
+    saved.start()
+    for step[0] in range(0, 31, 3):
+        value[0] = float(step[0])
+        saved.advance()
+    saved.ghosts[1] = FakeGhost()
+    saved.ghosts[1].decisions = 7
+    saved.pool.current_opponent = 1  # playing ring slot 1
+    state = saved.state_dict()
+
+    (restored,) = behaviors([0, 1])
+    restored.settings = saved.settings
+    restored.ghosts.update({0: FakeGhost(), 1: FakeGhost()})
+    restored.load_state_dict(state)
+    restored.bind(lambda: step[0], lambda: {"w": th.tensor(-1.0)})
+    restored.start()
+    assert restored.ghosts[1].loaded == [float(saved.pool.snapshots[1]["w"])]  # the opponent it played
+    assert restored.ghosts[0].loaded == [float(saved.pool.current["w"])]  # the learning team: latest
+    assert restored.ghost_step == 7 and restored.pool.elos == saved.pool.elos
+    assert (restored.last_save, restored.learning_team) == (saved.last_save, saved.learning_team)
