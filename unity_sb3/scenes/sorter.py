@@ -53,8 +53,10 @@ ENTITY_SIZE = HIGHEST_TILE_VALUE + 2
 ARENA_RADIUS = 10.0
 AGENT_RADIUS = 0.5
 TOUCH_DISTANCE = 1.4  # below half the distance between two slots (3.14)
-MOVE_STEP = 1.5
-TURN_DEGREES = 30.0
+MOVE_STEP = 2.0
+TURN_DEGREES = (
+    360.0 / HIGHEST_TILE_VALUE
+)  # one wall slot per decision: from the centre every slot is straight ahead
 POSITION_SCALE = 20.0  # SorterAgent divides positions by 20
 WRONG_REWARD, RIGHT_REWARD = np.float32(-1.0), np.float32(1.0)
 
@@ -66,7 +68,7 @@ class Sorter(GridScene):
     behavior_name = "Sorter?team=0"
     PARAMS: ClassVar[dict[str, Any]] = {
         "num_agents": 8,
-        "max_steps": 250,
+        "max_steps": 150,
         "decision_period": 1,
         "stable_agent_ids": False,
         "num_tiles": 4,
