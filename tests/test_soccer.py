@@ -296,3 +296,26 @@ def test_shipped_poca_settings_follow_unitys_configs(scene, behaviors, n_timeste
         finally:
             venv.close()
         assert (policy, kwargs["n_steps"]) == (policy_name, n_steps)  # 20480 agent steps per update
+
+
+def test_same_seed_and_actions_give_identical_games():
+    def play(seed: int) -> list[np.ndarray]:
+        env = SoccerTwos(num_agents=2, seed=seed, max_steps=200)
+        env.reset()
+        rng = np.random.default_rng(0)
+        out = []
+
+        def random_team(env, name):
+            return ActionTuple(discrete=rng.integers(0, 3, (len(env.get_steps(name)[0]), 3)).astype(np.int32))
+
+        for _ in range(60):
+            step(env, random_team)
+            for name in env.behavior_specs:
+                decision, terminal = env.get_steps(name)
+                out += [*decision.obs, decision.reward, terminal.group_reward]
+        return out
+
+    a, b, c = play(7), play(7), play(8)
+    for x, y in zip(a, b):
+        np.testing.assert_array_equal(x, y)
+    assert any(x.shape != y.shape or not np.array_equal(x, y) for x, y in zip(a, c))

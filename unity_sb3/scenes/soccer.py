@@ -13,7 +13,9 @@ a field is a ``SimpleMultiAgentGroup``: ``group_id = 2 * field + team + 1``.
   moving forward kicks the ball it starts touching with 2000 N (``OnCollisionEnter``).
 * Rewards (``SoccerEnvController.GoalTouched``): a goal gives the scoring group
   ``1 - timer / MaxEnvironmentSteps`` and the other group -1 (``AddGroupReward``), then both
-  groups end their episode (``EndGroupEpisode``) and the field resets. After
+  groups end their episode (``EndGroupEpisode``) and the field resets (the timer divides as a
+  float, as ML-Agents' documentation states; an older ``SoccerEnvController`` divided two ints,
+  which made every goal worth 1). After
   ``max_steps`` (``MaxEnvironmentSteps = 5000``) academy steps without a goal both groups
   are interrupted (``GroupEpisodeInterrupted``). SoccerTwos' agents are ``Position.Generic``:
   no existential reward (strikers and goalies of :mod:`~unity_sb3.scenes.strikers_vs_goalie`
