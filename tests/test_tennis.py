@@ -218,15 +218,16 @@ def test_observations_stack_the_last_three_decisions():
 
 
 def test_interrupted_episodes_restart_the_rackets_but_not_the_point():
-    env = Tennis(seed=7, max_steps=10)
+    env = Tennis(seed=7, max_steps=7)
     env.reset()
     place(env, (-6.0, FLOOR_TOP + 0.5), (6.0, FLOOR_TOP + 0.5), (-9.0, 5.0))
     act(env, {A: [[0, 0, 0]], B: [[0, 0, 0]]})
     ball = env._ball[0].copy()
     act(env, {A: [[0, 0, 0]], B: [[0, 0, 0]]})
-    t_a, t_b = env.get_steps(A)[1], env.get_steps(B)[1]
+    (d_a, t_a), (_, t_b) = env.get_steps(A), env.get_steps(B)
     assert t_a.interrupted.tolist() == [True] and t_b.interrupted.tolist() == [True]
     assert t_a.reward.tolist() == [0.0]
+    assert len(d_a) == 0 and env._academy_step == 7  # reported at once, between two decisions
     assert env._ball[0, 1] < ball[1] < 6.0  # still falling, not served again
 
 

@@ -209,7 +209,7 @@ class Tennis(EmbeddedScene):
                 self._end_points(winners)
             if self.max_steps > 0:
                 self._truncate_at_max_steps()
-            if winners:
+            if any(self._terminals):  # an ended episode is reported at the next academy step
                 return k
         return max_substeps
 
