@@ -1,8 +1,9 @@
 """One Unity instance shared by several lockstep views: who owns which agent, and the step barrier.
 
-:class:`InstanceBarrier` holds the real ``BaseEnv`` of one instance; :class:`LockstepProxy` is
-one view's ``BaseEnv`` on it (a ``UnityVecEnv`` view has one proxy per instance). The rules, all
-under one ``threading.Condition`` per instance:
+:class:`InstanceBarrier` holds the real ``BaseEnv`` of one instance;
+:class:`~unity_sb3.wrappers._lockstep_proxy.LockstepProxy` is one view's ``BaseEnv`` on it (a
+``UnityVecEnv`` view has one proxy per instance). The rules, all under one ``threading.Condition``
+per instance:
 
 - **Ownership** is per agent and fixed when its episode starts (the first time it asks, or ends,
   unseen): the policy names the view that owns it then (or none: its behavior's answerer, zeros
@@ -23,6 +24,11 @@ under one ``threading.Condition`` per instance:
 - **Reset.** The real ``env.reset()`` runs only when Unity stepped since the last real reset;
   otherwise a view's reset reads the current state. The other views' live agents end their
   episodes as interrupted (inbox), as they vanish from Unity.
+- **Crashes.** The view whose thread ran the failing call raises Unity's error; every other view
+  raises :class:`UnityLockstepCrash` (a ``UnityException``, so ``UnityVecEnv`` reports worker N's
+  crash). A view with ``restart_on_crash`` re-opens the instance (:meth:`InstanceBarrier.restart`):
+  the first one re-opens it, the others find it re-opened; every view's live agents end as
+  interrupted. A view that learns of the crash only after the restart just catches up.
 """
 
 from __future__ import annotations
@@ -52,7 +58,6 @@ from unity_sb3.wrappers._steps import StepReader
 from mlagents_envs.base_env import (  # isort: skip
     ActionTuple,
     BaseEnv,
-    BehaviorMapping,
     BehaviorSpec,
     DecisionSteps,
     TerminalSteps,
@@ -163,13 +168,13 @@ class InstanceBarrier:
         self._seed: int | None = None  # for the next real reset
 
     # ------------------------------------------------------------------ views
-    def add_view(self, view: ViewState) -> LockstepProxy:
+    def add_view(self, view: ViewState) -> _ProxyState:
         """Register ``view``; agents of its behaviors that nobody owns now become its, when eligible."""
         with self.cond:
             self._wait_idle()
             state = self._proxies[view] = _ProxyState(view)
             self._claim(view)
-            return LockstepProxy(self, state)
+            return state
 
     def remove_view(self, view: ViewState) -> None:
         """Forget ``view`` (its construction failed)."""
@@ -293,14 +298,14 @@ class InstanceBarrier:
             self.round += 1
             self.cond.notify_all()
 
-    def restart(self, state: _ProxyState) -> LockstepProxy:
-        """Re-open the crashed instance for the view of ``state`` (``UnityVecEnv``'s restart calls
-        this as its factory); when another view has re-opened it since the crash this view saw, only
-        hand out the proxy again. The other views' live agents end as interrupted."""
+    def restart(self, state: _ProxyState) -> None:
+        """Re-open the crashed instance for the view of ``state`` (``UnityVecEnv``'s restart reaches
+        this through its factory); nothing to do when another view has re-opened it since the crash
+        this view saw. Every view's live agents end as interrupted."""
         with self.cond:
             self._wait_idle()
             if self.generation > state.failed_generation or self._failure is None:
-                return LockstepProxy(self, state)
+                return
             if self.reopen is None:
                 raise UnityConfigurationError(
                     f"Unity worker {self.worker_id} was given as a BaseEnv object and cannot be re-opened; give "
@@ -339,7 +344,6 @@ class InstanceBarrier:
             self.round += 1
             self._busy = False
             self.cond.notify_all()
-            return LockstepProxy(self, state)
 
     # ------------------------------------------------------------------ the barrier
     def _await_step(self, state: _ProxyState) -> None:
@@ -552,78 +556,3 @@ class InstanceBarrier:
                 "must too (or make one view per team)"
             )
         return dec, concat_terminals(terms, view.spec)
-
-
-class LockstepProxy(BaseEnv):
-    """One view's ``BaseEnv`` on one instance: its behavior, its agents, the shared barrier.
-
-    Public attributes the real env has and ``BaseEnv`` lacks (``unity_sb3_channels``,
-    ``process``, ...) are the real env's; ``reseed`` waits for the next real reset, so ``UnityVecEnv.get_attr`` / ``env_method`` reach them.
-    ``close()`` detaches the view (the real env is closed by its ``LockstepUnity``).
-    """
-
-    def __init__(self, barrier: InstanceBarrier, state: _ProxyState) -> None:
-        self._barrier = barrier
-        self._state = state
-
-    @property
-    def state(self) -> _ProxyState:
-        """The barrier's bookkeeping of this view on this instance."""
-        return self._state
-
-    @property
-    def behavior_specs(self) -> BehaviorMapping:
-        view = self._state.view
-        return BehaviorMapping({view.name: view.spec})
-
-    @property
-    def worker_id(self) -> int:
-        return self._barrier.worker_id
-
-    def step(self) -> None:
-        self._barrier.step(self._state)
-
-    def reset(self) -> None:
-        self._barrier.reset(self._state)
-
-    def close(self) -> None:
-        venv = self._state.view.venv
-        if venv is not None and not getattr(venv, "closed", True):
-            return  # its UnityVecEnv restarts a crashed instance: the view stays attached
-        self._state.view.detached = True
-        self._barrier.detach(self._state.view)
-
-    def get_steps(self, behavior_name: str) -> tuple[DecisionSteps, TerminalSteps]:
-        return self._barrier.get_steps(self._state, behavior_name)
-
-    def reseed(self, seed: int) -> None:
-        """Seed the real env (when it has ``reseed``) at its next real reset; re-seeding it now would
-        change the scene under the other views."""
-        self._barrier.reseed(seed)
-
-    def set_actions(self, behavior_name: str, action: ActionTuple) -> None:
-        self._barrier.set_actions(self._state, behavior_name, action)
-
-    def set_action_for_agent(self, behavior_name: str, agent_id: int, action: ActionTuple) -> None:
-        dec, _ = self.get_steps(behavior_name)
-        where = np.flatnonzero(dec.agent_id == agent_id)
-        if len(where) == 0:
-            raise KeyError(f"agent {agent_id} of {behavior_name!r} is not asking for a decision in this view")
-        spec = self._state.view.spec.action_spec
-        one = spec._validate_action(action, 1, behavior_name)
-        state = self._state
-        full = spec.empty_action(len(dec))
-        if state.action_round == state.seen and state.actions:  # keep the agents set before
-            start = 0
-            for real, n in state.parts:
-                part = state.actions.get(real)
-                if part is not None:
-                    put_actions(full, np.arange(start, start + n), part)
-                start += n
-        put_actions(full, where[:1], one)
-        self.set_actions(behavior_name, full)
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("_"):
-            raise AttributeError(name)
-        return getattr(self._barrier.env, name)

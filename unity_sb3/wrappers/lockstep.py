@@ -63,11 +63,11 @@ from unity_sb3.validation import close_matches
 from unity_sb3.wrappers._lockstep_barrier import (
     Answerer,
     InstanceBarrier,
-    LockstepProxy,
     UnityLockstepCrash,
     UnityLockstepError,
     ViewState,
 )
+from unity_sb3.wrappers._lockstep_proxy import ProxySource
 from unity_sb3.wrappers.behavior import split_behavior_name
 from unity_sb3.wrappers.vec_env import UnityVecEnv
 
@@ -80,20 +80,6 @@ _REFUSED_VIEW_KWARGS = {
     "other_behaviors": "agents no view owns are answered by LockstepUnity.set_answerer(behavior, fn)",
     "open_kwargs": "pass open_kwargs to LockstepUnity, which opens the instances",
 }
-
-
-class _ProxySource:
-    """A view's factory for one instance: its proxy first, the restarted instance's after a crash
-    (what ``UnityVecEnv``'s ``restart_on_crash`` calls)."""
-
-    def __init__(self, barrier: InstanceBarrier, proxy: LockstepProxy) -> None:
-        self._barrier = barrier
-        self._first: LockstepProxy | None = proxy
-        self._state = proxy.state
-
-    def __call__(self) -> LockstepProxy:
-        first, self._first = self._first, None
-        return first if first is not None else self._barrier.restart(self._state)
 
 
 def behavior_dir(behavior: str) -> str:
@@ -235,7 +221,7 @@ class LockstepUnity:
                 "were given as BaseEnv objects; give LockstepUnity target strings or factories"
             )
         view = self._new_view(behavior)
-        sources = [_ProxySource(barrier, barrier.add_view(view)) for barrier in self._barriers]
+        sources = [ProxySource(barrier, barrier.add_view(view)) for barrier in self._barriers]
         try:
             venv = UnityVecEnv(sources, view.name, **unity_vec_env_kwargs)
         except BaseException:
