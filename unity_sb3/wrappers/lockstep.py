@@ -40,9 +40,14 @@ waiting forever.
 Added to the agreed interface: :meth:`LockstepUnity.attach` (re-attach a detached view, for a
 second ``learn``), :attr:`LockstepUnity.views`, :attr:`LockstepUnity.unity_steps` (real steps
 per instance), :attr:`LockstepUnity.unity_envs`, :class:`UnityLockstepError` (what a view raises
-when aborted, detached, timed out or closed) and :func:`behavior_dir`. Not supported in views:
-``restart_on_crash`` (one crashed instance is shared by every view), ``other_behaviors`` (use
-``set_answerer``) and ``open_kwargs`` (give them to ``LockstepUnity``).
+when aborted, detached, timed out or closed), :class:`UnityLockstepCrash` (what a view raises when
+the instance crashed in a step another view ran) and :func:`behavior_dir`.
+
+Restarts: a view made with ``restart_on_crash=True`` re-opens a crashed instance (once for all
+views; every view's live agents end as interrupted), when the instances were given as target
+strings or factories. Give it to every view or to none: a view without it raises the crash.
+Views do not take ``other_behaviors`` (use ``set_answerer``) or ``open_kwargs`` (give them to
+``LockstepUnity``).
 """
 
 from __future__ import annotations
@@ -206,8 +211,8 @@ class LockstepUnity:
         :param behavior: a real behavior name, or a base name standing for all its teams (their
             agents of the learning team become the slots).
         :param unity_vec_env_kwargs: ``UnityVecEnv``'s keyword arguments (``num_slots``,
-            ``add_group_reward``, ``visual``, ...), except ``other_behaviors``, ``open_kwargs`` and
-            ``restart_on_crash``.
+            ``add_group_reward``, ``visual``, ``restart_on_crash``, ...), except ``other_behaviors``
+            and ``open_kwargs``.
         :return: the view; its ``close()`` detaches it.
         """
         self._check_open()
