@@ -442,3 +442,33 @@ def test_bad_view_requests_say_what_to_do():
 def test_behavior_dir_keeps_names_readable_and_path_safe():
     assert behavior_dir("Striker?team=0") == "Striker_team=0"
     assert behavior_dir("3DBall") == "3DBall"
+
+
+@pytest.mark.player
+def test_views_step_a_scene_served_over_the_real_protocol_as_in_process(tmp_path):
+    from multi_behavior_scenes import Duel
+    from test_scenes_base import DUEL_FACTORY
+    from test_scenes_player import close_and_check, open_player
+
+    def run(env) -> tuple[list, list]:
+        lock = LockstepUnity(env, step_timeout=60)
+        hunter, prey = lock.vec_env("Hunter"), lock.vec_env("Prey", flatten_obs=True)
+        hunts: list = []
+        flights: list = []
+        run_threads(
+            {
+                "hunter": stepper(lock, hunter, WALK, 25, record=hunts, detach=False),
+                "prey": stepper(lock, prey, 1, 25, record=flights, detach=False),
+            },
+            timeout=120,
+        )
+        return [h[0] for h in hunts], [f[0] for f in flights]
+
+    player, log = open_player(tmp_path, DUEL_FACTORY, seed=4)
+    try:
+        over_grpc = run(player)
+    finally:
+        close_and_check(player, log)
+    in_process = run(Duel(seed=4))
+    for got, expected in zip(over_grpc, in_process):
+        np.testing.assert_allclose(np.stack(got), np.stack(expected), atol=1e-6)
