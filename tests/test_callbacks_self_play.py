@@ -12,6 +12,7 @@ from selfplay_scenes import TEAM1, Showdown
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.logger import configure
 from stable_baselines3.common.utils import set_random_seed
+from stable_baselines3.common.vec_env import VecMonitor, VecNormalize
 
 from unity_sb3 import POCA, PPO
 from unity_sb3.callbacks.checkpoint import AtomicCheckpointCallback
@@ -165,6 +166,21 @@ def test_checkpoints_hold_the_pool_and_elo_and_restore_them(lockstep, tmp_path):
     for key in ("ghost_step", "last_save", "last_swap", "last_team_change", "learning_team"):
         assert state[key] == before[key]
     fresh.lockstep.close()
+
+
+def test_under_vec_normalize_snapshots_carry_the_statistics_and_results_use_raw_rewards(lockstep):
+    settings = SelfPlaySettings(save_steps=24, team_change=10**6, swap_steps=12, window=3)
+    self_play = SelfPlayCallback(lockstep, "Showdown", settings, seed=0)
+    results = []
+    record = self_play.state.record_episode
+    self_play.state.record_episode = lambda reward, group=0.0: results.append(reward) or record(reward, group)
+    env = VecNormalize(VecMonitor(lockstep.vec_env("Showdown")), norm_reward=True)
+    ppo(env).learn(48, callback=self_play)
+    assert set(results) <= {-1.0, 0.0, 1.0}  # the scene's rewards, not VecNormalize's scaled ones
+    assert results
+    snapshot = self_play.state.pool.snapshots[-1]
+    assert {"vec_normalize//mean", "vec_normalize//var", "vec_normalize/clip_obs"} <= set(snapshot)
+    assert self_play.state.ghosts[1]._normalizer is not None
 
 
 def test_restoring_without_a_saved_state_says_why(tmp_path, lockstep):

@@ -124,3 +124,26 @@ def test_a_recurrent_policy_is_refused_with_the_reason():
     spaces = behavior_spaces(ActionSpec.create_continuous(2))
     with pytest.raises(ValueError, match="recurrent"):
         GhostPolicy(policy_for(RecurrentActorCriticPolicy, spaces), spaces)
+
+
+def test_snapshot_normalizer_statistics_normalize_the_ghosts_observations():
+    from types import SimpleNamespace
+
+    from stable_baselines3.common.running_mean_std import RunningMeanStd
+
+    from unity_sb3.selfplay.ghost import normalizer_weights
+
+    spaces = behavior_spaces(ActionSpec.create_continuous(2))
+    policy = policy_for(ActorCriticPolicy, spaces)
+    rms = RunningMeanStd(shape=(4,))
+    rms.mean, rms.var = np.array([0.5, 0.1, 0.0, 2.0]), np.array([0.04, 1.0, 4.0, 0.25])
+    live = SimpleNamespace(norm_obs=True, obs_rms=rms, clip_obs=1.5, epsilon=1e-8)
+    ghost = GhostPolicy(policy, spaces, deterministic=True)
+    ghost.load_weights({**policy.state_dict(), **normalizer_weights(live)})
+    decision = steps(spaces, 6)
+    normalized = np.clip((decision.obs[0] - rms.mean) / np.sqrt(rms.var + 1e-8), -1.5, 1.5).astype(np.float32)
+    expected, _ = policy.predict(normalized, deterministic=True)
+    np.testing.assert_allclose(ghost.act(decision).continuous, np.clip(expected, -1, 1), rtol=1e-5)
+    rms.mean = rms.mean + 3.0  # the learner's statistics move on; the snapshot's do not
+    np.testing.assert_allclose(ghost.act(decision).continuous, np.clip(expected, -1, 1), rtol=1e-5)
+    assert normalizer_weights(SimpleNamespace(norm_obs=False)) == {}

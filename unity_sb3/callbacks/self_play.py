@@ -46,7 +46,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.vec_env import VecEnv, VecEnvWrapper, VecNormalize
 
 from unity_sb3.selfplay.controller import GhostController, SelfPlayBehavior
-from unity_sb3.selfplay.ghost import GhostPolicy
+from unity_sb3.selfplay.ghost import GhostPolicy, normalizer_weights
 from unity_sb3.selfplay.settings import SelfPlaySettings
 from unity_sb3.selfplay.snapshots import save_state_atomic
 
@@ -137,20 +137,15 @@ class SelfPlayCallback(BaseCallback):
                 f"(lockstep.vec_env({self.behavior!r})), got {type(self._view).__name__}"
             )
         self._normalize = _find_vec_normalize(self.training_env)
-        transform = (
-            self._normalize.normalize_obs
-            if self._normalize is not None and self._normalize.norm_obs
-            else None
-        )
         self._add_group_reward = bool(getattr(self._view, "add_group_reward", False))
         for team in self.state.teams:
             if team not in self.state.ghosts:
                 self.state.ghosts[team] = GhostPolicy(
-                    self.model.policy, spaces, deterministic=self.deterministic, obs_transform=transform
+                    self.model.policy, spaces, deterministic=self.deterministic
                 )
         for name, team in self.team_of_name.items():
             self.lockstep.set_answerer(name, self._answerer(team))
-        self.state.bind(lambda: int(self.model.num_timesteps), self.model.policy.state_dict)
+        self.state.bind(lambda: int(self.model.num_timesteps), self._weights)
         with self.controller.lock:
             self.state.start()
             self._seen_team = self.controller.learning_team
@@ -177,6 +172,14 @@ class SelfPlayCallback(BaseCallback):
                 self._apply_learning_team()
 
     # ------------------------------------------------------------------ internals
+    def _weights(self) -> dict[str, Any]:
+        """A snapshot: the policy's weights and, under ``VecNormalize``, its observation statistics
+        (ML-Agents' snapshots hold the policy's normalizer)."""
+        weights = dict(self.model.policy.state_dict())
+        if self._normalize is not None:
+            weights.update(normalizer_weights(self._normalize))
+        return weights
+
     def _answerer(self, team: int) -> Any:
         def answer(behavior_name: str, decision_steps: DecisionSteps) -> ActionTuple:
             return self.state.ghosts[team](behavior_name, decision_steps)

@@ -9,6 +9,11 @@ it turns Unity's ``DecisionSteps`` into observations exactly as the learner's
 :class:`~unity_sb3.spaces.BehaviorSpaces`), samples actions (``deterministic=False``, as
 ML-Agents' policies act while training), honours discrete action masks, and returns an
 ``ActionTuple``.
+
+A learner trained under ``VecNormalize`` normalizes observations outside its policy; ML-Agents keeps
+the normalizer inside the policy, so its snapshots carry it. :func:`normalizer_weights` adds the
+``VecNormalize`` statistics to a snapshot's weights (keys under :data:`NORMALIZER_PREFIX`) and a
+ghost loading such weights normalizes with the statistics of *its* snapshot.
 """
 
 from __future__ import annotations
@@ -28,12 +33,34 @@ from torch.distributions import Categorical
 
 from unity_sb3.spaces import BehaviorSpaces
 
-__all__ = ["GhostPolicy", "ObsTransform"]
+__all__ = ["NORMALIZER_PREFIX", "GhostPolicy", "ObsTransform", "normalizer_weights"]
 
 #: observations (as the view gives them to the learner) -> what the policy takes, e.g. VecNormalize
 ObsTransform = Callable[[Any], Any]
 # a masked logit: low enough that exp() is 0 in float32, as sb3-contrib masks
 _MASKED_LOGIT = -1e8
+#: keys of the observation statistics a snapshot carries beside the policy's weights
+NORMALIZER_PREFIX = "vec_normalize/"
+
+
+def normalizer_weights(vec_normalize: Any) -> dict[str, th.Tensor]:
+    """The observation statistics of an SB3 ``VecNormalize`` as tensors to store with a snapshot.
+
+    :return: ``{"vec_normalize/<key>/mean": ..., ".../var": ..., "vec_normalize/clip_obs": ...,
+        "vec_normalize/epsilon": ...}`` (``<key>`` empty for a non-Dict space); ``{}`` when it does
+        not normalize observations.
+    """
+    if not getattr(vec_normalize, "norm_obs", False):
+        return {}
+    stats = vec_normalize.obs_rms
+    items = stats.items() if isinstance(stats, dict) else [("", stats)]
+    out = {}
+    for key, rms in items:
+        out[f"{NORMALIZER_PREFIX}{key}/mean"] = th.as_tensor(np.array(rms.mean, dtype=np.float64))
+        out[f"{NORMALIZER_PREFIX}{key}/var"] = th.as_tensor(np.array(rms.var, dtype=np.float64))
+    out[f"{NORMALIZER_PREFIX}clip_obs"] = th.tensor(float(vec_normalize.clip_obs), dtype=th.float64)
+    out[f"{NORMALIZER_PREFIX}epsilon"] = th.tensor(float(vec_normalize.epsilon), dtype=th.float64)
+    return out
 
 
 class GhostPolicy:
@@ -44,8 +71,8 @@ class GhostPolicy:
         changed. Recurrent policies are refused (a ghost would need each agent's memory).
     :param spaces: the learner view's observation and action conversion (``view.spaces``).
     :param deterministic: take the most likely action (ML-Agents' ghosts sample: ``False``).
-    :param obs_transform: applied to the converted observations before the policy, e.g. the
-        learner's ``VecNormalize.normalize_obs``; ``None`` for none.
+    :param obs_transform: applied to the converted observations before the policy when the loaded
+        weights carry no normalizer statistics (:func:`normalizer_weights`); ``None`` for none.
     """
 
     def __init__(
@@ -74,16 +101,23 @@ class GhostPolicy:
         self.obs_transform = obs_transform
         self._masks_in_predict = "action_masks" in inspect.signature(self.policy.predict).parameters
         self._lock = threading.Lock()
+        self._normalizer: dict[str, Any] | None = None
         #: how many agent decisions this ghost has answered (ML-Agents' ``ghost_step`` counts these)
         self.decisions = 0
 
     def load_weights(self, weights: Mapping[str, th.Tensor]) -> None:
-        """Act with ``weights`` (a ``state_dict`` of the same policy class) from now on."""
+        """Act with ``weights`` from now on: a ``state_dict`` of the same policy class, plus the
+        normalizer statistics of :func:`normalizer_weights` when the learner has them."""
+        stats = {
+            k[len(NORMALIZER_PREFIX) :]: v for k, v in weights.items() if k.startswith(NORMALIZER_PREFIX)
+        }
+        policy = {k: v for k, v in weights.items() if not k.startswith(NORMALIZER_PREFIX)}
         with self._lock:
-            self.policy.load_state_dict(weights)
+            self.policy.load_state_dict(policy)
+            self._normalizer = _read_normalizer(stats) if stats else None
 
     def state_dict(self) -> dict[str, th.Tensor]:
-        """The weights the ghost acts with."""
+        """The policy weights the ghost acts with."""
         return self.policy.state_dict()
 
     def __call__(self, behavior_name: str, decision_steps: DecisionSteps) -> ActionTuple:
@@ -104,12 +138,14 @@ class GhostPolicy:
                 discrete=np.zeros((0, len(self.spaces.branches)), np.int32),
             )
         obs = self.spaces.observations([np.asarray(o) for o in decision_steps.obs])
-        if self.obs_transform is not None:
-            obs = self.obs_transform(obs)
         masks = None
         if self.spaces.mask_size and decision_steps.action_mask is not None:
             masks = self.spaces.action_masks(decision_steps.action_mask, n)
         with self._lock:
+            if self._normalizer is not None:
+                obs = _normalize(obs, self._normalizer)
+            elif self.obs_transform is not None:
+                obs = self.obs_transform(obs)
             actions = self._predict(obs, masks)
             self.decisions += n
         return self.spaces.to_unity_actions(actions, n)
@@ -149,6 +185,31 @@ class GhostPolicy:
                 choices.append(th.argmax(masked.probs, dim=1) if self.deterministic else masked.sample())
             actions = th.stack(choices, dim=1).cpu().numpy()
         return actions[:, 0] if isinstance(distribution, CategoricalDistribution) else actions
+
+
+def _read_normalizer(stats: Mapping[str, th.Tensor]) -> dict[str, Any]:
+    """``normalizer_weights`` without its prefix -> ``{"clip": c, "eps": e, "keys": {key: (mean, var)}}``."""
+    keys = {name.rsplit("/", 1)[0] for name in stats if name.endswith("/mean")}
+    return {
+        "clip": float(stats["clip_obs"]),
+        "eps": float(stats["epsilon"]),
+        "keys": {key: (stats[f"{key}/mean"].numpy(), stats[f"{key}/var"].numpy()) for key in keys},
+    }
+
+
+def _normalize(obs: Any, normalizer: Mapping[str, Any]) -> Any:
+    """SB3's ``VecNormalize.normalize_obs`` with saved statistics (key ``""`` = the whole observation)."""
+
+    def one(value: np.ndarray, mean: np.ndarray, var: np.ndarray) -> np.ndarray:
+        scaled = (value - mean) / np.sqrt(var + normalizer["eps"])
+        return np.clip(scaled, -normalizer["clip"], normalizer["clip"]).astype(np.float32)
+
+    if not isinstance(obs, dict):
+        return one(obs, *normalizer["keys"][""])
+    out = dict(obs)
+    for key, (mean, var) in normalizer["keys"].items():
+        out[key] = one(obs[key], mean, var)
+    return out
 
 
 def _check_same_space(policy_space: Any, view_space: Any, what: str) -> None:
