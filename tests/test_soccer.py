@@ -319,3 +319,14 @@ def test_same_seed_and_actions_give_identical_games():
     for x, y in zip(a, b):
         np.testing.assert_array_equal(x, y)
     assert any(x.shape != y.shape or not np.array_equal(x, y) for x, y in zip(a, c))
+
+
+def test_a_scene_without_a_slot_per_agent_is_refused():
+    from unity_sb3.unity.errors import UnityConfigurationError
+
+    class Lopsided(SoccerTwos):
+        scene_name = "Lopsided"
+        AREA_BEHAVIORS = (0, 0, 1, 1, 1)
+
+    with pytest.raises(UnityConfigurationError, match="4 slot\\(s\\) for 5 agent\\(s\\) per field"):
+        Lopsided(num_agents=1)

@@ -111,6 +111,7 @@ TURN_LEFT, TURN_RIGHT = 1, 2
 
 
 def _spec(sensors: Sequence[RaySensor]) -> BehaviorSpec:
+    """The behavior spec of agents with ``sensors``: one stacked vector per sensor, 3 branches of 3."""
     obs = [
         ObservationSpec(
             (s.size,),
@@ -176,7 +177,9 @@ class SoccerScene(EmbeddedScene):
     def _check_params(cls, params: dict[str, Any]) -> None:
         if len(cls.SLOTS) != len(cls.AREA_BEHAVIORS) or len(cls.SENSORS) != len(cls.behavior_names_of()):
             raise UnityConfigurationError(
-                f"Scene {cls.scene_name}: one slot per agent and sensors per behavior."
+                f"Scene {cls.scene_name} has {len(cls.SLOTS)} slot(s) for {len(cls.AREA_BEHAVIORS)} agent(s) per "
+                f"field and {len(cls.SENSORS)} sensor set(s) for {len(cls.behavior_names_of())} behavior(s): "
+                "give one Slot per agent of a field (AREA_BEHAVIORS order) and one tuple of sensors per behavior."
             )
 
     def _make_specs(self) -> list[BehaviorSpec]:
