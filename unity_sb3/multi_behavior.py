@@ -162,8 +162,12 @@ class MultiBehaviorTrainer:
         with _torch_threads(torch_threads):
             for thread in threads:
                 thread.start()
-            for thread in threads:
-                thread.join()
+            try:
+                for thread in threads:
+                    thread.join()
+            except BaseException as exc:  # Ctrl-C: stop the learners instead of leaving them stepping
+                self.lockstep.abort(exc)
+                raise
         if errors:
             first = next(iter(errors))  # the first to fail; the others were aborted by it
             exc = errors[first]

@@ -100,7 +100,8 @@ class LockstepUnity:
         (one Unity instance each; instance ``i`` of strings opens with ``worker_id=i``).
     :param open_kwargs: keyword arguments for ``open_unity`` (strings only).
     :param step_timeout: seconds a view waits at the barrier for the other views before it raises
-        :class:`UnityLockstepError` naming those that never arrived.
+        :class:`UnityLockstepError` naming those that never arrived. A view waits while the others'
+        learners update their models, so this must exceed the longest update.
     """
 
     def __init__(
