@@ -129,7 +129,8 @@ def test_dict_combines_images_vectors_and_buffers_in_key_order() -> None:
             "buffer": spaces.Box(-1, 1, (4, 3), np.float32),
         }
     )
-    extractor = UnityMultiInputExtractor(space, encoder="simple", cnn_output_dim=10)
+    with pytest.warns(UserWarning, match="pads and flattens"):  # attention is the default for buffers
+        extractor = UnityMultiInputExtractor(space, encoder="simple", cnn_output_dim=10, entities="flatten")
     assert extractor.features_dim == 12 + 10 + 10 + 7
     # gymnasium sorts Dict keys; SB3 hands observations over in that order
     kinds = {key: type(m).__name__ for key, m in extractor.extractors.items()}
