@@ -152,3 +152,41 @@ def test_demo_path_override_replaces_every_demo(tmp_path: Path) -> None:
     assert {"reward_signals.gail.demo_path", "behavioral_cloning.demo_path"} <= {
         row.source for row in run.rows
     }
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::unity_sb3.config.mlagents_schema.MLAgentsConfigWarning")
+@pytest.mark.parametrize(
+    ("name", "scene", "algo"),
+    [
+        ("ppo/GridWorld.yaml", "GridWorld", "ppo"),  # goal conditioning on the GoalSensor
+        ("ppo/Basic.yaml", "Basic", "ppo"),
+        ("ppo/3DBall_randomize.yaml", "Ball3D", "ppo"),  # environment parameters (samplers)
+        ("ppo/Pyramids.yaml", "PyramidsLite", "ppo"),  # curiosity
+        ("sac/3DBall.yaml", "Ball3D", "sac"),
+    ],
+)
+def test_unity_config_trains_unchanged_on_the_embedded_scene(
+    tmp_path: Path, name: str, scene: str, algo: str, capsys
+) -> None:
+    """15-30 s each: one rollout of Unity's buffer_size, whatever --n-timesteps says."""
+    from unity_sb3.algorithms.registry import algorithm_class
+    from unity_sb3.cli import main
+
+    args = ["train", "--env", scene, "--config", str(CONFIGS / name), "--results-dir", str(tmp_path)]
+    args += [
+        "--run-id",
+        "run",
+        "--n-timesteps",
+        "300",
+        "--num-envs",
+        "1",
+        "--no-progress",
+        "--transport",
+        "inprocess",
+    ]
+    assert main(args) == 0
+    model = algorithm_class(algo).load(tmp_path / "run" / "model.zip")
+    if scene == "GridWorld":
+        assert "goal signals GoalSensor condition" in capsys.readouterr().out
+        assert model.policy.features_extractor.goal_keys == ["GoalSensor"]
