@@ -257,3 +257,18 @@ def test_elo_rises_while_the_learner_beats_its_snapshots():
         assert push[0, 0] > 0.5  # it learned the winning move
     finally:
         unity.close()
+
+
+def test_the_summary_line_ends_with_the_mean_elo_of_the_period_as_mlagents_prints_it(lockstep):
+    from unity_sb3.callbacks.checkpoint import SummaryCallback
+
+    self_play = SelfPlayCallback(lockstep, "Showdown", SelfPlaySettings(save_steps=10**6), seed=0)
+    summary = SummaryCallback(10**6, name="Showdown", elo=self_play.summary_elo)
+    env = VecMonitor(lockstep.vec_env("Showdown"))
+    ppo(env).learn(48, callback=[self_play, summary])
+    expected = np.mean(self_play._period_elos)
+    line = summary.summary_line(48)
+    assert line.endswith(f"Training. ELO: {expected:0.3f}.")
+    assert self_play.summary_elo() is None  # the period was read: no game since
+    summary.rewards.clear()
+    assert summary.summary_line(48).endswith("No episode was completed since last summary. Training.")

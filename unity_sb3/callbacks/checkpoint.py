@@ -212,14 +212,24 @@ class SummaryCallback(BaseCallback):
 
     :param summary_freq: steps between summaries (> 0).
     :param name: what the line starts with (ML-Agents prints the behavior name).
+    :param elo: the self-play ELO of the period, ``None`` when no game ended (e.g.
+        :meth:`~unity_sb3.callbacks.self_play.SelfPlayCallback.summary_elo`); ML-Agents then ends
+        the line with ``ELO: 1234.567``.
     """
 
-    def __init__(self, summary_freq: int, name: str = "", verbose: int = 0) -> None:
+    def __init__(
+        self,
+        summary_freq: int,
+        name: str = "",
+        verbose: int = 0,
+        elo: Callable[[], float | None] | None = None,
+    ) -> None:
         super().__init__(verbose)
         if isinstance(summary_freq, bool) or not isinstance(summary_freq, int) or summary_freq <= 0:
             raise ValueError(f"summary_freq must be a whole number of steps > 0, got {summary_freq!r}")
         self.summary_freq = summary_freq
         self.name = name
+        self.elo = elo
         self.rewards: list[float] = []
         self.lengths: list[int] = []
         self._next = summary_freq
@@ -244,6 +254,7 @@ class SummaryCallback(BaseCallback):
         """The summary of the episodes collected so far, worded as ``mlagents-learn`` words it."""
         parts = [self.name] if self.name else []
         parts += [f"Step: {step}", f"Time Elapsed: {time.monotonic() - self._started:0.3f} s"]
+        elo = self.elo() if self.elo is not None else None
         if self.rewards:
             parts += [
                 f"Mean Reward: {np.mean(self.rewards):0.3f}",
@@ -251,7 +262,9 @@ class SummaryCallback(BaseCallback):
             ]
         else:
             parts.append("No episode was completed since last summary")
-        return ". ".join([*parts, "Training"]) + "."
+            elo = None  # ML-Agents shows the ELO only beside a mean reward
+        tail = ["Training"] + ([f"ELO: {elo:0.3f}"] if elo is not None else [])
+        return ". ".join([*parts, *tail]) + "."
 
     def write_summary(self, step: int) -> None:
         """Print the summary line, write the TensorBoard statistics, and start a new window."""

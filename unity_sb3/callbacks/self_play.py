@@ -107,6 +107,7 @@ class SelfPlayCallback(BaseCallback):
         self._normalize: VecNormalize | None = None
         self._add_group_reward = False
         self._seen_team = self.controller.learning_team
+        self._period_elos: list[float] = []
 
     # ------------------------------------------------------------------ what others read
     @property
@@ -122,6 +123,12 @@ class SelfPlayCallback(BaseCallback):
     def is_learning(self) -> bool:
         """Whether this behavior's model learns now (always, in a symmetric game)."""
         return self.state.is_learning
+
+    def summary_elo(self) -> float | None:
+        """The mean ELO after each game since the last call (ML-Agents' summary), or ``None`` when no
+        game ended; for ``SummaryCallback(elo=...)``."""
+        values, self._period_elos = self._period_elos, []
+        return float(np.mean(values)) if values else None
 
     def progress_text(self) -> str:
         """Text for the progress bar's postfix (``LiveProgressCallback(postfix=...)``)."""
@@ -211,6 +218,7 @@ class SelfPlayCallback(BaseCallback):
             group = 0.0 if self._add_group_reward else float(infos[i].get("group_reward", 0.0))
             elo = self.state.record_episode(float(rewards[i]), group)
             self.logger.record_mean(ELO_TAG, elo)
+            self._period_elos.append(elo)
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict[str, Any]:
