@@ -472,3 +472,17 @@ def test_views_step_a_scene_served_over_the_real_protocol_as_in_process(tmp_path
     in_process = run(Duel(seed=4))
     for got, expected in zip(over_grpc, in_process):
         np.testing.assert_allclose(np.stack(got), np.stack(expected), atol=1e-6)
+
+
+def test_vanished_agents_end_at_their_last_observation_or_zeros():
+    from unity_sb3.wrappers._lockstep_batches import interrupted_terminals
+
+    spec = walker_and_jumper().behavior_specs[WALKER]
+    obs = np.arange(8, dtype=np.float32).reshape(2, 4)
+    dec = DecisionSteps(
+        [obs], np.zeros(2, np.float32), np.array([7, 9]), None, np.array([3, 4]), np.zeros(2, np.float32)
+    )
+    ended = interrupted_terminals([9, 11], {9: (dec, 1), 7: (dec, 0)}, spec)
+    np.testing.assert_array_equal(ended.obs[0], [[4, 5, 6, 7], [0, 0, 0, 0]])  # agent 11 never asked
+    assert ended.interrupted.all() and not ended.reward.any()
+    assert ended.group_id.tolist() == [4, 0] and ended.agent_id.tolist() == [9, 11]

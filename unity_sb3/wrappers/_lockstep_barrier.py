@@ -160,6 +160,8 @@ class InstanceBarrier:
         self._readers = {name: StepReader(name, spec) for name, spec in self.specs.items()}
         self._steps = {n: (DecisionSteps.empty(s), TerminalSteps.empty(s)) for n, s in self.specs.items()}
         self._owner: dict[str, dict[int, ViewState | None]] = {name: {} for name in self.specs}
+        #: behavior -> live agent -> (the latest batch it asked in, its row): for interrupted ends
+        self._last: dict[str, dict[int, tuple[DecisionSteps, int]]] = {name: {} for name in self.specs}
         self._proxies: dict[ViewState, _ProxyState] = {}
         self._stepped = True  # Unity stepped since the last real reset (or was never reset)
         self._busy = False
@@ -229,7 +231,7 @@ class InstanceBarrier:
             for a in mine:
                 owners[a] = None
             if mine and keep_terminals and state is not None:
-                ended = interrupted_terminals(mine, self._steps[name][0], self.specs[name])
+                ended = interrupted_terminals(mine, self._last[name], self.specs[name])
                 state.inbox.setdefault(name, []).append(ended)
         if state is not None:
             state.live = 0
@@ -332,8 +334,9 @@ class InstanceBarrier:
             for view, p in self._proxies.items():
                 if not view.detached:
                     self._end_live_agents(view, p)
-            for owners in self._owner.values():
+            for owners, last in zip(self._owner.values(), self._last.values()):
                 owners.clear()
+                last.clear()
             self.env = env
             self._steps = {n: (DecisionSteps.empty(s), TerminalSteps.empty(s)) for n, s in self.specs.items()}
             for p in self._proxies.values():
@@ -480,15 +483,16 @@ class InstanceBarrier:
         for name in view.behaviors:
             mine = [a for a, o in self._owner[name].items() if o is view]
             if mine:
-                ended = interrupted_terminals(mine, self._steps[name][0], self.specs[name])
+                ended = interrupted_terminals(mine, self._last[name], self.specs[name])
                 p.inbox.setdefault(name, []).append(ended)
 
     def _real_reset(self, resetter: ViewState) -> None:
         for view, p in self._proxies.items():
             if view is not resetter and not view.detached:
                 self._end_live_agents(view, p)
-        for owners in self._owner.values():
+        for owners, last in zip(self._owner.values(), self._last.values()):
             owners.clear()
+            last.clear()
         seed, self._seed = self._seed, None
         if seed is not None and hasattr(self.env, "reseed"):
             self.env.reseed(seed)
@@ -510,10 +514,11 @@ class InstanceBarrier:
         rows: dict[_ProxyState, dict[str, np.ndarray]] = {p: {} for p in proxies.values()}
         live = dict.fromkeys(proxies.values(), 0)
         for name, (dec, term) in self._steps.items():
-            owners = self._owner[name]
+            owners, last = self._owner[name], self._last[name]
             if deliver_terminals and len(term):
                 by_owner: dict[ViewState, list[int]] = {}
                 for j, agent in enumerate(term.agent_id.tolist()):
+                    last.pop(agent, None)
                     owner = owners.pop(agent, _MISSING)
                     if owner is _MISSING:  # ended without ever asking
                         owner = self._owner_for(name)
@@ -525,6 +530,8 @@ class InstanceBarrier:
                         p.inbox.setdefault(name, []).append(take_terminals(term, np.asarray(js)))
             asking: dict[ViewState, list[int]] = {}
             for j, agent in enumerate(dec.agent_id.tolist()):
+                if deliver_terminals:
+                    last[agent] = (dec, j)
                 owner = owners.get(agent, _MISSING)
                 if owner is _MISSING:  # its episode starts: the policy names its owner
                     owner = owners[agent] = self._owner_for(name)

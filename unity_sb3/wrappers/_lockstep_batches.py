@@ -6,7 +6,7 @@ output), so a subset is plain numpy indexing. ``rows`` are indices into the batc
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -98,12 +98,14 @@ def concat_terminals(parts: Sequence[TerminalSteps], spec: BehaviorSpec) -> Term
     )
 
 
-def interrupted_terminals(agent_ids: Sequence[int], dec: DecisionSteps, spec: BehaviorSpec) -> TerminalSteps:
+def interrupted_terminals(
+    agent_ids: Sequence[int], last: Mapping[int, tuple[DecisionSteps, int]], spec: BehaviorSpec
+) -> TerminalSteps:
     """Interrupted episode ends (reward 0) for agents that vanished without one (a reset, a detach).
 
     :param agent_ids: the agents whose episodes end.
-    :param dec: the latest batch they may be in: their observation and group come from it;
-        an agent not in it gets a zero observation and group 0.
+    :param last: agent id -> (the latest batch it asked in, its row there): its observation and
+        group come from there; an agent never seen asking gets a zero observation and group 0.
     :param spec: the behavior's spec (observation shapes).
     :return: a batch of ``len(agent_ids)`` agents, ``interrupted`` all True.
     """
@@ -111,14 +113,13 @@ def interrupted_terminals(agent_ids: Sequence[int], dec: DecisionSteps, spec: Be
     ids = np.asarray(list(agent_ids), dtype=np.int64)
     obs = [np.zeros((n, *s.shape), np.float32) for s in spec.observation_specs]
     group = np.zeros(n, np.int64)
-    if len(dec) and n:
-        row_of = {a: j for j, a in enumerate(dec.agent_id.tolist())}
-        for i, a in enumerate(ids.tolist()):
-            j = row_of.get(a)
-            if j is not None:
-                for o, src in zip(obs, dec.obs):
-                    o[i] = src[j]
-                group[i] = dec.group_id[j]
+    for i, a in enumerate(ids.tolist()):
+        seen = last.get(a)
+        if seen is not None:
+            dec, j = seen
+            for o, src in zip(obs, dec.obs):
+                o[i] = src[j]
+            group[i] = dec.group_id[j]
     return TerminalSteps(obs, np.zeros(n, np.float32), np.ones(n, bool), ids, group, np.zeros(n, np.float32))
 
 
