@@ -272,3 +272,16 @@ def test_the_summary_line_ends_with_the_mean_elo_of_the_period_as_mlagents_print
     assert self_play.summary_elo() is None  # the period was read: no game since
     summary.rewards.clear()
     assert summary.summary_line(48).endswith("No episode was completed since last summary. Training.")
+
+
+def test_a_second_learn_continues_with_the_same_pool_and_takes_turns_again(lockstep):
+    settings = SelfPlaySettings(save_steps=12, team_change=30, swap_steps=6, window=3)
+    self_play = SelfPlayCallback(lockstep, "Showdown", settings, seed=0)
+    model = ppo(lockstep.vec_env("Showdown"))
+    model.learn(48, callback=self_play)
+    assert self_play.state.finished
+    snapshots, changes = list(self_play.state.pool.snapshots), self_play.controller.team_changes
+    model.learn(48, callback=self_play, reset_num_timesteps=False)
+    assert self_play.controller.team_changes > changes  # not parked behind its own first learn
+    assert self_play.state.last_save > 48  # the rules went on from the same counters
+    assert len(self_play.state.pool.snapshots) == 3 and len(snapshots) == 3  # one ring, not a new pool

@@ -154,6 +154,7 @@ class SelfPlayCallback(BaseCallback):
             self.lockstep.set_answerer(name, self._answerer(team))
         self.state.bind(lambda: int(self.model.num_timesteps), self._weights)
         with self.controller.lock:
+            self.state.finished = False  # a second learn() takes its turns again
             self.state.start()
             self._seen_team = self.controller.learning_team
             self._apply_learning_team()
