@@ -285,3 +285,26 @@ def test_a_second_learn_continues_with_the_same_pool_and_takes_turns_again(locks
     assert self_play.controller.team_changes > changes  # not parked behind its own first learn
     assert self_play.state.last_save > 48  # the rules went on from the same counters
     assert len(self_play.state.pool.snapshots) == 3 and len(snapshots) == 3  # one ring, not a new pool
+
+
+def test_a_game_result_adds_the_group_reward_once_and_skips_inactive_slots(lockstep):
+    from types import SimpleNamespace
+
+    self_play = SelfPlayCallback(lockstep, "Showdown", seed=0)
+    model = ppo(lockstep.vec_env("Showdown"))
+    model.set_logger(configure(None, []))
+    self_play.init_callback(model)
+    self_play._view = SimpleNamespace(add_group_reward=False)
+    got = []
+    self_play.state.record_episode = lambda reward, group=0.0: got.append((reward, group)) or 1200.0
+    self_play.locals = {
+        "dones": np.array([True, False, True, True]),
+        "rewards": np.array([0.0, 5.0, 0.5, -1.0]),
+        "infos": [{"group_reward": 1.0}, {}, {"group_reward": -1.0}, {"active": False}],
+    }
+    self_play._record_results()
+    assert got == [(0.0, 1.0), (0.5, -1.0)]
+    self_play._view.add_group_reward = True  # already inside the reward: not added twice
+    got.clear()
+    self_play._record_results()
+    assert got == [(0.0, 0.0), (0.5, 0.0)]

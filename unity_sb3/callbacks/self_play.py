@@ -105,7 +105,6 @@ class SelfPlayCallback(BaseCallback):
         self.deterministic = deterministic
         self._view: VecEnv | None = None
         self._normalize: VecNormalize | None = None
-        self._add_group_reward = False
         self._seen_team = self.controller.learning_team
         self._period_elos: list[float] = []
 
@@ -144,7 +143,6 @@ class SelfPlayCallback(BaseCallback):
                 f"(lockstep.vec_env({self.behavior!r})), got {type(self._view).__name__}"
             )
         self._normalize = _find_vec_normalize(self.training_env)
-        self._add_group_reward = bool(getattr(self._view, "add_group_reward", False))
         for team in self.state.teams:
             if team not in self.state.ghosts:
                 self.state.ghosts[team] = GhostPolicy(
@@ -213,10 +211,12 @@ class SelfPlayCallback(BaseCallback):
             rewards = np.asarray(self._normalize.get_original_reward(), dtype=np.float64)
         else:
             rewards = np.asarray(self.locals["rewards"], dtype=np.float64)
+        # the group reward counts once: the view may have added it to the reward already
+        group_included = bool(getattr(self._view, "add_group_reward", False))
         for i in np.flatnonzero(dones):
             if not infos[i].get("active", True):
                 continue
-            group = 0.0 if self._add_group_reward else float(infos[i].get("group_reward", 0.0))
+            group = 0.0 if group_included else float(infos[i].get("group_reward", 0.0))
             elo = self.state.record_episode(float(rewards[i]), group)
             self.logger.record_mean(ELO_TAG, elo)
             self._period_elos.append(elo)
