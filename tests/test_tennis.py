@@ -321,7 +321,15 @@ def test_shipped_ppo_hyperparameters_follow_unity_tennis_yaml():
     assert (params["learning_rate"], params["ent_coef"], params["clip_range"]) == (3e-4, 0.005, 0.2)
     assert (params["gamma"], params["gae_lambda"], params["n_epochs"]) == (0.99, 0.95, 3)
     assert params["normalize"] is True and "256, 256" in params["policy_kwargs"]
-    assert "self_play" not in params  # would reach PPO's constructor
+    # Unity's self_play section: a run setting unity-sb3 train pops (self-play by default), never PPO's
+    assert params["self_play"] == {
+        "save_steps": 50000,
+        "team_change": 100000,
+        "swap_steps": 2000,
+        "window": 10,
+        "play_against_latest_model_ratio": 0.5,
+        "initial_elo": 1200.0,
+    }
 
 
 def test_a_slow_ball_rolls_on_the_floor_without_bouncing_again():

@@ -93,6 +93,7 @@ def test_shipped_hyperparams_build_a_model(algo: str, env_id: str) -> None:
     params = load_hyperparams(algo, env_id.split("/")[1].removesuffix("-v0"))
     params.pop("n_timesteps")
     params.pop("normalize", None)
+    params.pop("self_play", None)  # a run setting (unity-sb3 train runs self-play), not an argument
     open_kwargs = {"transport": "inprocess", **params.pop("open_kwargs", {})}
     env = zoo.make_unity_vec_env(env_id, env_kwargs=open_kwargs)
     try:

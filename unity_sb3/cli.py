@@ -202,7 +202,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv = ["train"]
     args = build_parser().parse_args(argv)
     if args.command == "train":
-        from unity_sb3.run import ResumeError, train_from_args
+        from unity_sb3.run import ResumeError
+        from unity_sb3.run_behaviors import train_from_args  # several behaviors / self-play, else run.py
 
         try:
             return train_from_args(args)

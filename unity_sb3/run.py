@@ -95,6 +95,8 @@ class RunConfig:
     checkpoint_every: int = 50_000
     keep_checkpoints: int = 5
     summary_freq: int | None = None
+    #: a ``self_play`` section for every behavior, or behavior -> section (unity_sb3.run_behaviors)
+    self_play: dict[str, Any] | None = None
 
 
 def _plain(value: Any) -> Any:
@@ -110,13 +112,10 @@ def _plain(value: Any) -> Any:
     return repr(value)
 
 
-def make_vec_env(config: RunConfig, monitor_file: str | Path | None = None):
-    """Open the run's Unity instances as one ``UnityVecEnv`` (wrapped in VecMonitor)."""
-    from stable_baselines3.common.vec_env import VecMonitor
-
+def unity_open_kwargs(config: RunConfig) -> dict[str, Any]:
+    """``open_unity`` keyword arguments of a run: seed, graphics, time scale, the file's ``open_kwargs``."""
     from unity_sb3.scenes import list_scenes
     from unity_sb3.unity.channels import EngineSettings
-    from unity_sb3.wrappers.vec_env import UnityVecEnv
 
     open_kwargs: dict[str, Any] = {
         "seed": config.seed,
@@ -128,6 +127,16 @@ def make_vec_env(config: RunConfig, monitor_file: str | Path | None = None):
         open_kwargs.setdefault("transport", config.transport)
         # our own player can take any port; a real build may have been started for a known one
         open_kwargs.setdefault("find_free_port", True)
+    return open_kwargs
+
+
+def make_vec_env(config: RunConfig, monitor_file: str | Path | None = None):
+    """Open the run's Unity instances as one ``UnityVecEnv`` (wrapped in VecMonitor)."""
+    from stable_baselines3.common.vec_env import VecMonitor
+
+    from unity_sb3.wrappers.vec_env import UnityVecEnv
+
+    open_kwargs = unity_open_kwargs(config)
     targets = [config.env] * config.num_envs
     env = UnityVecEnv(
         targets,
@@ -546,6 +555,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     config.policy = hyper.pop("policy", config.policy)
     config.normalize = hyper.pop("normalize", False)
     config.open_kwargs = hyper.pop("open_kwargs", {})
+    config.self_play = hyper.pop("self_play", None)
     from_file = {key: hyper.pop(key) for key in RUN_SETTINGS if key in hyper}
     for key, value in _run_settings(from_file, args, where=args.config or "the config file").items():
         setattr(config, key, value)
@@ -573,7 +583,9 @@ def _free_run_dir(results: Path, base: str) -> Path:
     return candidate
 
 
-def train_from_args(args: argparse.Namespace) -> int:
+def run_dir_from_args(args: argparse.Namespace) -> Path | None:
+    """The run folder of ``unity-sb3 train`` (emptied with ``--force``), or ``None`` (message printed)
+    when it holds a run and neither ``--resume`` nor ``--force`` was given."""
     _default_env_and_algo(args)
     results = Path(args.results_dir)
     default_id = f"{Path(args.env).name}_{args.algo}"
@@ -586,12 +598,19 @@ def train_from_args(args: argparse.Namespace) -> int:
             f"{run_dir} already holds a run. Use --resume to continue it, --force to overwrite it, "
             "or --run-id NAME for a new one."
         )
-        return 2
+        return None
     if args.force and not args.resume and run_dir.exists():
         import shutil
 
         shutil.rmtree(run_dir)
     print(f"Run folder: {run_dir}")
+    return run_dir
+
+
+def train_from_args(args: argparse.Namespace) -> int:
+    run_dir = run_dir_from_args(args)
+    if run_dir is None:
+        return 2
     config = config_from_args(args)
     train(
         config,

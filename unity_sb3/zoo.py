@@ -34,6 +34,7 @@ import argparse
 import contextlib
 import os
 import sys
+import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -277,6 +278,12 @@ def _experiment_manager_class():
 
         def _preprocess_hyperparams(self, hyperparams: dict[str, Any]):
             open_kwargs = hyperparams.pop("open_kwargs", None)
+            if hyperparams.pop("self_play", None) is not None:  # a run setting of unity-sb3 train
+                warnings.warn(
+                    "RL Zoo trains one behavior without self-play; the entry's self_play section is "
+                    "ignored (self-play runs with unity-sb3 train or unity_sb3.run_behaviors)",
+                    stacklevel=2,
+                )
             if self.is_unity and isinstance(hyperparams.get("policy_kwargs"), str):
                 # rl-zoo3's own eval() cannot see unity_sb3.networks.extractors' extractors that our YAML names
                 from unity_sb3.config.model_args import parse_policy_kwargs

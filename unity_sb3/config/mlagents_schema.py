@@ -295,7 +295,7 @@ class MLAgentsRun:
     def as_hyperparams(self) -> dict[str, Any]:
         """The settings in the format of :func:`unity_sb3.config.hyperparams.load_hyperparams`.
 
-        Restart limits, ``save_replay_buffer``, ``num_envs`` and the checkpoint / summary cadence appear only
+        Restart limits, ``save_replay_buffer``, ``num_envs``, ``self_play`` and the checkpoint / summary cadence appear only
         when the config gives them; they are run settings (:class:`unity_sb3.run.RunConfig`), not
         constructor arguments.
         """
@@ -314,6 +314,8 @@ class MLAgentsRun:
         if self.num_envs is not None:
             out["num_envs"] = self.num_envs
         out.update(self.cadence)
+        if self.self_play is not None:  # a run setting too: unity_sb3.run_behaviors runs it
+            out["self_play"] = self.self_play.as_dict()
         return out
 
 
