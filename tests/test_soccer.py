@@ -290,7 +290,8 @@ def test_shipped_poca_settings_follow_unitys_configs(scene, behaviors, n_timeste
     for behavior, (n_steps, policy_name) in behaviors.items():
         venv = UnityVecEnv(scene, behavior_name=behavior, open_kwargs=params["open_kwargs"])
         try:
-            run_settings = ("n_timesteps", "policy", "open_kwargs", "self_play", *CADENCE_SETTINGS)  # run.py takes these
+            # run settings: run.py / run_behaviors.py take these, the algorithm never sees them
+            run_settings = ("n_timesteps", "policy", "open_kwargs", "self_play", *CADENCE_SETTINGS)
             args = {k: v for k, v in params.items() if k not in run_settings}
             policy, kwargs = prepare_model_args("poca", params["policy"], args, venv)
         finally:
