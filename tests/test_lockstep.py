@@ -486,3 +486,16 @@ def test_vanished_agents_end_at_their_last_observation_or_zeros():
     np.testing.assert_array_equal(ended.obs[0], [[4, 5, 6, 7], [0, 0, 0, 0]])  # agent 11 never asked
     assert ended.interrupted.all() and not ended.reward.any()
     assert ended.group_id.tolist() == [4, 0] and ended.agent_id.tolist() == [9, 11]
+
+
+def test_with_no_learning_team_one_view_plays_every_team():
+    env = two_teams()
+    lock = LockstepUnity(env)
+    lock.set_learning_team("Player", None)  # as ML-Agents trains a behavior's teams without self-play
+    view = lock.vec_env("Player")
+    assert lock.learning_team("Player") is None and view.num_envs == 4
+    for _ in range(20):
+        view.step(constant_actions(view, WALK))
+    for name in ("Player?team=0", "Player?team=1"):
+        assert {float(r.continuous[0]) for rs in env.received[name].values() for r in rs} == {WALK}
+    lock.close()

@@ -125,7 +125,7 @@ class LockstepUnity:
         self._views: dict[str, ViewState] = {}  # view name -> state (attached or detached)
         self._venvs: dict[str, UnityVecEnv] = {}
         self._answerers: dict[str, Answerer] = {}
-        self._learning: dict[str, int] = {}  # base name -> learning team, when set explicitly
+        self._learning: dict[str, int | None] = {}  # base name -> learning team (None: all), when set
         envs: list[BaseEnv] = []
         try:
             for i, source in enumerate(sources):
@@ -348,30 +348,33 @@ class LockstepUnity:
             else:
                 self._answerers[name] = answerer
 
-    def set_learning_team(self, base_name: str, team: int) -> None:
+    def set_learning_team(self, base_name: str, team: int | None) -> None:
         """The team of ``base_name`` whose agents go to the view from their next episode on.
 
         Agents of the learning team that start an episode after this call are the view's; every
         agent keeps its owner until its episode ends (no slot is rebound mid-episode).
 
         :param base_name: a name without ``?team=`` (a real name is read as its base name).
-        :param team: the learning team.
+        :param team: the learning team; ``None``: every team (one model plays all teams, as
+            ML-Agents trains a behavior's teams without self-play). Set it before making the view
+            so that the agents asking at the first reset follow it.
         """
         base = split_behavior_name(base_name)[0]
         if base not in self.base_names:
             raise UnityConfigurationError(f"unknown base name {base_name!r}; the scene has {self.base_names}")
-        self._learning[base] = int(team)
+        self._learning[base] = None if team is None else int(team)
         for barrier in self._barriers:
             barrier.notify()
 
-    def learning_team(self, base_name: str) -> int:
-        """The learning team of ``base_name`` (0 until :meth:`set_learning_team` is called)."""
+    def learning_team(self, base_name: str) -> int | None:
+        """The learning team of ``base_name`` (0 until :meth:`set_learning_team` is called; ``None``: every team)."""
         return self._learning.get(split_behavior_name(base_name)[0], 0)
 
     def _eligible(self, view: ViewState, behavior: str) -> bool:
         base, team = split_behavior_name(behavior)
         if view.by_base or base in self._learning:
-            return team == self._learning.get(base, 0)
+            learning = self._learning.get(base, 0)
+            return learning is None or team == learning
         return True
 
     def _owner_for(self, behavior: str) -> ViewState | None:
