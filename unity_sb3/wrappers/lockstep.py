@@ -23,7 +23,8 @@ view's, else its behavior's answerer's, else zeros) and no other agent gets one.
 Names: a view is asked for by a real behavior name (``"Striker?team=0"``) or by a base name
 (``"Tennis"``) that stands for every team of that name (they must share one spec); a base name
 with a single team is that team's real name. A base-name view owns the agents of the *learning
-team* (:meth:`LockstepUnity.set_learning_team`, 0 by default); a real-name view owns every agent
+team* (:meth:`LockstepUnity.set_learning_team`, 0 by default; ``None`` for every team, one model
+playing all teams as ML-Agents trains them without self-play); a real-name view owns every agent
 of its behavior, until ``set_learning_team`` is called for its base name: from then on it owns
 them only while its team is the learning team (so the asymmetric self-play case, one view per
 behavior, works with the same call). Ownership is per agent and fixed when its episode starts:
