@@ -31,10 +31,7 @@ def lockstep():
 
 
 def ppo(env, seed: int = 0) -> PPO:
-    # seeded with set_random_seed, not PPO(seed=...): a seed reaches the scene through the lockstep
-    # proxy's reseed and the views then wait for agents that never come (reported to the lockstep's owner)
-    set_random_seed(seed)
-    return PPO("MlpPolicy", env, n_steps=16, batch_size=24, n_epochs=1, device="cpu")
+    return PPO("MlpPolicy", env, n_steps=16, batch_size=24, n_epochs=1, seed=seed, device="cpu")
 
 
 class Recorder(BaseCallback):
