@@ -2,9 +2,28 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import numpy as np
 import pytest
 import sb3_contrib
+
+# isort: off
+import unity_sb3  # noqa: F401  (first: makes mlagents_envs import on protobuf >= 4)
+
+# isort: on
+from mlagents_envs.base_env import (
+    ActionSpec,
+    ActionTuple,
+    BaseEnv,
+    BehaviorMapping,
+    BehaviorSpec,
+    DecisionSteps,
+    DimensionProperty,
+    ObservationSpec,
+    ObservationType,
+    TerminalSteps,
+)
 from multi_behavior_scenes import HUNTER, PREY, Duel
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.vec_env import VecMonitor
@@ -109,4 +128,124 @@ def test_bad_trainer_arguments_say_what_is_wrong():
         trainer.learn({"Prey": 10})
     with pytest.raises(FileNotFoundError, match="Hunter"):
         trainer.load("/nonexistent")
+    trainer.close()
+
+
+def _vector(size: int) -> ObservationSpec:
+    return ObservationSpec((size,), (DimensionProperty.NONE,), ObservationType.DEFAULT, "obs")
+
+
+class TwoSignals(BaseEnv):
+    """Two behaviors that each learn from their own action only: a "Pointer" (continuous) is paid
+    +1 when its action has the sign of its observation, a "Picker" (3 discrete choices, every other
+    step) +1 when it picks the index its one-hot observation shows. Episodes last 8 steps."""
+
+    SPECS: ClassVar[dict[str, BehaviorSpec]] = {
+        "Pointer?team=0": BehaviorSpec([_vector(1)], ActionSpec.create_continuous(1)),
+        "Picker?team=0": BehaviorSpec([_vector(3)], ActionSpec.create_discrete((3,))),
+    }
+
+    def __init__(self, agents: int = 4, seed: int = 0) -> None:
+        self.rng = np.random.default_rng(seed)
+        self.n = agents
+        self.t = 0
+        self.next_id = 0
+        self.actions: dict[str, ActionTuple] = {}
+        self.steps: dict[str, tuple[DecisionSteps, TerminalSteps]] = {}
+
+    @property
+    def behavior_specs(self) -> BehaviorMapping:
+        return BehaviorMapping(self.SPECS)
+
+    def reset(self) -> None:
+        self.t = 0
+        self.ids = {name: self._ids() for name in self.SPECS}
+        self.reward = {name: np.zeros(self.n, np.float32) for name in self.SPECS}
+        self._emit(ended=False)
+
+    def _ids(self) -> np.ndarray:
+        self.next_id += self.n
+        return np.arange(self.next_id - self.n, self.next_id)
+
+    def _asks(self, name: str) -> bool:
+        return name.startswith("Pointer") or self.t % 2 == 0
+
+    def _emit(self, ended: bool) -> None:
+        self.obs = {
+            "Pointer?team=0": self.rng.choice([-1.0, 1.0], size=(self.n, 1)).astype(np.float32),
+            "Picker?team=0": np.eye(3, dtype=np.float32)[self.rng.integers(0, 3, self.n)],
+        }
+        for name, spec in self.SPECS.items():
+            term = TerminalSteps.empty(spec)
+            if ended:
+                term = TerminalSteps(
+                    [self.obs[name]],
+                    self.reward[name],
+                    np.zeros(self.n, bool),
+                    self.ids[name],
+                    np.zeros(self.n, np.int64),
+                    np.zeros(self.n, np.float32),
+                )
+                self.ids[name] = self._ids()
+                self.reward[name] = np.zeros(self.n, np.float32)
+            dec = DecisionSteps.empty(spec)
+            if self._asks(name) or ended:
+                dec = DecisionSteps(
+                    [self.obs[name]],
+                    self.reward[name].copy(),
+                    self.ids[name],
+                    None,
+                    np.zeros(self.n, np.int64),
+                    np.zeros(self.n, np.float32),
+                )
+                self.reward[name][:] = 0.0
+            self.steps[name] = (dec, term)
+        self.last_obs = self.obs
+
+    def step(self) -> None:
+        pointer = self.actions.pop("Pointer?team=0", None)
+        if pointer is not None:
+            sign = np.sign(pointer.continuous[:, 0])
+            self.reward["Pointer?team=0"] += (sign == self.last_obs["Pointer?team=0"][:, 0]).astype(
+                np.float32
+            )
+        picker = self.actions.pop("Picker?team=0", None)
+        if picker is not None:
+            right = picker.discrete[:, 0] == self.last_obs["Picker?team=0"].argmax(1)
+            self.reward["Picker?team=0"] += right.astype(np.float32)
+        self.t += 1
+        self._emit(ended=self.t % 8 == 0)
+
+    def set_actions(self, behavior_name: str, action: ActionTuple) -> None:
+        self.actions[behavior_name] = action
+
+    def set_action_for_agent(self, behavior_name: str, agent_id: int, action: ActionTuple) -> None:
+        raise NotImplementedError
+
+    def get_steps(self, behavior_name: str) -> tuple[DecisionSteps, TerminalSteps]:
+        return self.steps[behavior_name]
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.slow
+def test_two_behaviors_each_learn_their_own_task_in_lockstep():
+    trainer = MultiBehaviorTrainer(
+        TwoSignals(agents=8),
+        {
+            "Pointer": lambda env: PPO(
+                "MlpPolicy", env, n_steps=64, batch_size=128, learning_rate=3e-3, seed=0
+            ),
+            "Picker": lambda env: POCA(
+                "MlpPolicy", env, n_steps=64, batch_size=128, learning_rate=3e-3, seed=0
+            ),
+        },
+    )
+    trainer.learn(12_000)
+    pointer, picker = trainer.models["Pointer"], trainer.models["Picker"]
+    signs = np.array([[-1.0], [1.0]], np.float32)
+    assert (np.sign(pointer.predict(signs, deterministic=True)[0][:, 0]) == signs[:, 0]).all()
+    picks = picker.predict(np.eye(3, dtype=np.float32), deterministic=True)[0]
+    assert list(np.asarray(picks).reshape(-1)) == [0, 1, 2]
     trainer.close()
