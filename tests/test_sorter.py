@@ -22,8 +22,8 @@ def act(scene, rows) -> None:
     scene.step()
 
 
-def aim_at(scene, agent: int, tile: int, distance: float = MOVE_STEP) -> None:
-    """Put ``agent`` ``distance`` in front of its ``tile``-th visible tile (in number order), facing it."""
+def aim_at(scene, agent: int, tile: int, distance: float = MOVE_STEP / 2) -> None:
+    """Put ``agent`` ``distance`` from the wall in front of its ``tile``-th visible tile (in number order), facing it."""
     slot = scene._slot[agent, tile]
     angle = slot * 360.0 / HIGHEST_TILE_VALUE
     direction = np.array([np.sin(np.radians(angle)), np.cos(np.radians(angle))])

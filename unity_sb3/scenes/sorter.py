@@ -22,10 +22,11 @@ touch them in increasing order.
 * ``num_tiles`` is the environment parameter ``num_tiles`` of Unity's ``Sorter_curriculum.yaml``
   (lessons 2, 4, ... 20), read at every episode start.
 
-Simplified from Unity: the agent moves kinematically (``MOVE_STEP`` per decision and
-``TURN_DEGREES`` per decision instead of a rigid body pushed by velocity changes), tiles are
-points on the wall touched within ``TOUCH_DISTANCE``, and the arena has the size given below.
-The agent keeps its heading from one episode to the next and restarts at the centre, as in Unity.
+Simplified from Unity: the agent moves kinematically (``MOVE_STEP`` and ``TURN_DEGREES`` per
+decision instead of a rigid body pushed by velocity changes, in an arena of ``ARENA_RADIUS``) and
+touches the tile of the wall slot it stands against: the wall is cut into 20 sectors of 18 degrees
+around the slots, and an agent pushed against the wall touches its sector's tile. The agent keeps
+its heading from one episode to the next and restarts at the centre, as in Unity.
 """
 
 from __future__ import annotations
@@ -50,10 +51,9 @@ from unity_sb3.unity.errors import UnityConfigurationError
 HIGHEST_TILE_VALUE = 20
 ENTITY_SIZE = HIGHEST_TILE_VALUE + 2
 #: Arena radius (the wall with its slots) and the agent's reach, in Unity units.
-ARENA_RADIUS = 10.0
+ARENA_RADIUS = 5.0
 AGENT_RADIUS = 0.5
-TOUCH_DISTANCE = 1.4  # below half the distance between two slots (3.14)
-MOVE_STEP = 2.0
+MOVE_STEP = 1.0
 TURN_DEGREES = (
     360.0 / HIGHEST_TILE_VALUE
 )  # one wall slot per decision: from the centre every slot is straight ahead
@@ -155,19 +155,21 @@ class Sorter(GridScene):
         pos = self._pos[act] + MOVE_STEP * direction
         limit = ARENA_RADIUS - AGENT_RADIUS
         dist = np.linalg.norm(pos, axis=1, keepdims=True)
-        self._pos[act] = np.where(dist > limit, pos * limit / np.maximum(dist, 1e-9), pos)
+        at_wall = dist[:, 0] >= limit
+        self._pos[act] = np.where(at_wall[:, None], pos * limit / np.maximum(dist, 1e-9), pos)
         if self.max_steps > 0:
             self._reward[act] += np.float32(-1.0 / self.max_steps)
-        self._touch(act)
+        self._touch(act[at_wall])
 
     def _touch(self, act: np.ndarray) -> None:
-        """The nearest untouched tile within reach of each agent: right (+1) or wrong (-1, end)."""
-        gap = np.linalg.norm(self._tile_positions(act) - self._pos[act, None, :], axis=2)
-        live = (self._value[act] >= 0) & ~self._visited[act] & (gap < TOUCH_DISTANCE)
-        gap = np.where(live, gap, np.inf)
+        """Agents ``act`` stand against the wall: their sector's untouched tile is right (+1) or wrong (-1, end)."""
+        if act.size == 0:
+            return
+        x, z = self._pos[act, 0], self._pos[act, 1]
+        sector = np.rint(np.degrees(np.arctan2(x, z)) / TURN_DEGREES).astype(np.int64) % HIGHEST_TILE_VALUE
+        live = (self._value[act] >= 0) & ~self._visited[act] & (self._slot[act] == sector[:, None])
         touched = live.any(axis=1)
-        nearest = gap.argmin(axis=1)
-        right = touched & (nearest == self._next[act])
+        right = touched & (live.argmax(axis=1) == self._next[act])
         wrong = touched & ~right
         good = act[right]
         self._visited[good, self._next[good]] = True
