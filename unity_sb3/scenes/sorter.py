@@ -134,10 +134,6 @@ class Sorter(GridScene):
         yaw = np.radians(self._yaw[idx])
         return np.stack([np.sin(yaw), np.cos(yaw)], axis=1)
 
-    def _tile_positions(self, idx: np.ndarray) -> np.ndarray:
-        angle = np.radians(self._slot[idx] * (360.0 / HIGHEST_TILE_VALUE))
-        return ARENA_RADIUS * np.stack([np.sin(angle), np.cos(angle)], axis=-1)  # (m, 20, 2)
-
     def _move(self) -> None:
         act = np.flatnonzero(self._active)
         if act.size == 0:
