@@ -49,7 +49,7 @@ def test_3dball_ppo_mapping() -> None:
         "dict(net_arch=[128, 128], activation_fn=nn.SiLU, features_extractor_class=UnityMultiInputExtractor,"
         " features_extractor_kwargs=dict(encoder='simple'))"
     )
-    assert "time_horizon" in _unhonored(run) and "hyperparameters.beta_schedule" not in _unhonored(run)
+    assert h["time_horizon"] == 1000 and not _unhonored(run)  # every setting of Unity's 3DBall is honored
     assert not {"summary_freq", "keep_checkpoints"} & _unhonored(run)
     assert run.cadence == {"keep_checkpoints": 5, "summary_freq": 12000}
     assert "hyperparameters.batch_size" not in _unhonored(run)
@@ -62,7 +62,7 @@ def test_3dball_sac_mapping() -> None:
     assert h["buffer_size"] == 200_000 and h["batch_size"] == 64 and h["tau"] == 0.005
     assert h["learning_starts"] == 0 and h["ent_coef"] == "auto_0.5" and h["learning_rate"] == 0.0003
     assert h["mlagents_per_slot"] == {"steps_per_update": 10.0}
-    assert {"threaded", "time_horizon"} <= _unhonored(run)
+    assert _unhonored(run) == {"threaded"} and "time_horizon" not in h  # SAC: nothing to cut
     assert "hyperparameters.reward_signal_steps_per_update" not in _unhonored(run)  # same as steps_per_update
 
 
@@ -100,14 +100,18 @@ def test_dungeon_escape_poca_mapping() -> None:
 
 def test_table_lists_every_mapping(capsys) -> None:
     with pytest.warns(MLAgentsConfigWarning) as record:
-        params = load_mlagents_hyperparams(CONFIGS / "3DBall_ppo.yaml")
+        params = load_mlagents_hyperparams(CONFIGS / "3DBall_sac.yaml")
     table = capsys.readouterr().out
-    assert "ML-Agents key" in table and "hyperparameters.beta" in table and "ent_coef=0.001" in table
-    assert "n_steps=ceil(buffer_size / n_slots)" in table
+    assert (
+        "ML-Agents key" in table
+        and "hyperparameters.init_entcoef" in table
+        and "ent_coef='auto_0.5'" in table
+    )
+    assert "train_freq / gradient_steps" in table
     messages = [str(w.message) for w in record]
-    assert any(m.startswith("ML-Agents setting time_horizon=1000 is not honored") for m in messages)
-    assert len(messages) == len(convert_mlagents_config(CONFIGS / "3DBall_ppo.yaml").unhonored)
-    assert params["algo"] == "ppo" and params["policy"] == "auto" and params["n_timesteps"] == 500_000
+    assert any(m.startswith("ML-Agents setting threaded=True is not honored") for m in messages)
+    assert len(messages) == len(convert_mlagents_config(CONFIGS / "3DBall_sac.yaml").unhonored)
+    assert params["algo"] == "sac" and params["policy"] == "auto" and params["n_timesteps"] == 100_000
 
 
 def test_is_mlagents_config() -> None:

@@ -169,6 +169,47 @@ def test_gae_per_head_matches_sb3_with_each_gamma(gammas):
     assert np.allclose(ours.advantages, ours.head_advantages.mean(axis=2))
 
 
+def test_time_horizon_chunk_end_stops_gae_and_bootstraps_from_the_next_value():
+    rng = np.random.default_rng(3)
+    n_steps, gamma, lam = 6, 0.9, 0.8
+    obs_space, act_space = spaces.Box(-1, 1, (2,), np.float32), spaces.Discrete(2)
+    cut = SignalRolloutBuffer(n_steps, obs_space, act_space, "cpu", lam, (gamma,), [False], 1)
+    dones = np.zeros((n_steps, 1), bool)
+    data, _ = _fill(cut, rng, n_steps, 1, 1, dones=dones)
+    cut.chunk_ends[2, 0] = True  # ML-Agents cut the trajectory after step 2 (time_horizon 3)
+    last_value = th.as_tensor([[0.7]])
+    cut.compute_returns_and_advantage(last_value, np.ones(1, bool))
+    rewards = np.array([d[1][0] for d in data])
+    values = np.array([d[3].numpy()[0, 0] for d in data] + [0.7])
+    expected = np.zeros(n_steps)
+    for start, end in ((0, 3), (3, 6)):  # each chunk alone, bootstrapped from the value after it
+        gae = 0.0
+        for t in reversed(range(start, end)):
+            delta = rewards[t] + gamma * values[t + 1] - values[t]
+            gae = delta + gamma * lam * gae * (t + 1 < end)
+            expected[t] = gae
+    assert cut.head_advantages[:, 0, 0] == pytest.approx(expected, abs=1e-5)
+
+
+def test_time_horizon_ends_a_chunk_every_n_steps_of_an_episode():
+    horizon = 5
+    env = make_vec_env("CartPole-v1", n_envs=2, seed=0)
+    model = PPO("MlpPolicy", env, time_horizon=horizon, **FAST)
+    assert model.signals is not None  # time_horizon uses the signal path (chunks) on any env
+    model.learn(64)
+    buffer = model.rollout_buffer
+    for env_idx in range(2):
+        steps = 0  # steps of the current episode since its start or the last chunk end
+        for t in range(buffer.buffer_size):
+            steps += 1
+            assert buffer.chunk_ends[t, env_idx] == (steps == horizon and not buffer.dones[t, env_idx])
+            if buffer.chunk_ends[t, env_idx] or buffer.dones[t, env_idx]:
+                steps = 0
+    assert buffer.chunk_ends.any()
+    with pytest.raises(RewardSignalConfigError, match="time_horizon must be a whole number"):
+        PPO("MlpPolicy", env, time_horizon=0)
+
+
 def test_gae_skips_inactive_steps_and_credits_their_rewards_to_the_previous_active_step():
     rng = np.random.default_rng(1)
     active = np.array([1, 0, 1, 1, 0, 0, 1, 1], bool)[:, None]

@@ -101,6 +101,9 @@ NETWORK_DEFAULTS: dict[str, Any] = {
 MEMORY_DEFAULTS: dict[str, Any] = {"sequence_length": 64, "memory_size": 128}
 
 
+TIME_HORIZON_DEFAULT = 64  # ML-Agents' TrainerSettings.time_horizon
+
+
 BC_KEYS = ("demo_path", "steps", "strength", "samples_per_update", "num_epoch", "batch_size")
 
 

@@ -14,6 +14,7 @@ from unity_sb3.config.mlagents_schema import (
     SCHEDULE_FLOORS,
     SCHEDULE_TYPES,
     SIGNAL_NAMES,
+    TIME_HORIZON_DEFAULT,
     VIS_ENCODE_TYPES,
     MappedSetting,
     MLAgentsConfigError,
@@ -385,14 +386,7 @@ def _map_trainer_misc(m: _Mapper, settings: Mapping[str, Any]) -> None:
     max_steps = _number(settings.get("max_steps", 500_000), "max_steps", 1)
     m.run.n_timesteps = int(max_steps)
     m.row("max_steps", int(max_steps), f"n_timesteps={int(max_steps)}", "agent steps in both")
-    if "time_horizon" in settings:
-        on_policy = m.run.trainer_type != "sac"
-        why = (
-            "SB3 cuts trajectories (and bootstraps) only at rollout ends (n_steps) and episode ends"
-            if on_policy
-            else "SAC stores single transitions; there are no trajectory chunks to cut"
-        )
-        m.ignore("time_horizon", settings["time_horizon"], why)
+    _map_time_horizon(m, settings)
     for key, target, minimum, note in _CADENCE:
         value = settings.get(key)
         if value is None:
@@ -436,3 +430,34 @@ def _map_self_play(m: _Mapper, section: Any) -> None:
     for key, value in settings.as_dict().items():
         default = "" if key in section else " (ML-Agents' default)"
         m.row(f"self_play.{key}", value, f"SelfPlaySettings.{key}={value}", _SELF_PLAY_NOTES[key] + default)
+
+
+def _map_time_horizon(m: _Mapper, settings: Mapping[str, Any]) -> None:
+    """``time_horizon`` (ML-Agents' default 64): where a trajectory is cut and bootstrapped."""
+    given = "time_horizon" in settings
+    horizon = int(
+        _number(settings.get("time_horizon", TIME_HORIZON_DEFAULT), "time_horizon", 1, integer=True)
+    )
+    value = horizon if given else f"{horizon} (ML-Agents' default)"
+    if m.run.algo == "ppo":
+        m.run.hyperparams["time_horizon"] = horizon
+        m.row(
+            "time_horizon",
+            value,
+            f"time_horizon={horizon}",
+            "unity_sb3.PPO ends a GAE chunk every time_horizon steps of an agent and bootstraps there",
+        )
+    elif m.run.algo == "sac":
+        m.row(
+            "time_horizon",
+            value,
+            "(no setting needed)",
+            "SAC learns from whole transitions in both; ML-Agents only hands them over in chunks",
+        )
+    elif given:
+        why = (
+            "sb3-contrib's RecurrentPPO cuts trajectories only at rollout ends (n_steps) and episode ends"
+            if m.run.algo == "recurrent_ppo"
+            else "POCA's returns run to the rollout's end (n_steps) or the episode's end"
+        )
+        m.ignore("time_horizon", horizon, why)

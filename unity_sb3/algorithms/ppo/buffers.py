@@ -77,6 +77,7 @@ class SignalRolloutBuffer(BaseBuffer):
         self.truncated = np.zeros((t, n), dtype=bool)
         self.active = np.ones((t, n), dtype=bool)
         self.terminal_values = np.zeros((t, n, k), dtype=np.float32)
+        self.chunk_ends = np.zeros((t, n), dtype=bool)
         self.values = np.zeros((t, n, k), dtype=np.float32)
         self.log_probs = np.zeros((t, n), dtype=np.float32)
         self.head_advantages = np.zeros((t, n, k), dtype=np.float32)
@@ -104,8 +105,11 @@ class SignalRolloutBuffer(BaseBuffer):
         truncated: np.ndarray,
         active: np.ndarray,
         terminal_values: np.ndarray,
+        chunk_end: np.ndarray | None = None,
     ) -> None:
-        """Store one step of every slot. ``value``/``terminal_values`` are ``(n_envs, n_heads)``."""
+        """Store one step of every slot. ``value``/``terminal_values`` are ``(n_envs, n_heads)``;
+        ``chunk_end`` ``(n_envs,)`` marks steps that end a trajectory chunk (ML-Agents' ``time_horizon``):
+        GAE does not look past them and bootstraps from the next value."""
         p = self.pos
         self._set_obs(self.observations, p, obs)
         self._set_obs(self.next_observations, p, next_obs)
@@ -116,6 +120,7 @@ class SignalRolloutBuffer(BaseBuffer):
         self.truncated[p] = truncated
         self.active[p] = active
         self.terminal_values[p] = terminal_values
+        self.chunk_ends[p] = False if chunk_end is None else chunk_end
         self.values[p] = value.detach().cpu().numpy().reshape(self.n_envs, self.n_heads)
         self.log_probs[p] = log_prob.detach().cpu().numpy().reshape(self.n_envs)
         self.pos += 1
@@ -160,7 +165,8 @@ class SignalRolloutBuffer(BaseBuffer):
             values = self.values[t]
             bootstrap = np.where(next_known[:, None], next_value, values)
             delta = reward + gammas * bootstrap * non_terminal - values
-            gae = delta + gammas * lam * non_terminal * last_gae
+            carry = non_terminal * (1.0 - self.chunk_ends[t].astype(np.float32))[:, None]
+            gae = delta + gammas * lam * carry * last_gae
             self.head_advantages[t] = np.where(act[:, None], gae, 0.0)
             last_gae = np.where(act[:, None], gae, last_gae)
             next_value = np.where(act[:, None], values, next_value)

@@ -31,6 +31,12 @@ With ``reward_signals`` it does what ML-Agents' PPO does:
   terminal one). When a rollout ends while a slot waits, that step's next value is unknown and its
   own value stands in for it.
 
+``time_horizon`` (ML-Agents' setting of that name): every ``time_horizon`` active steps of a slot's
+episode end a trajectory chunk; GAE does not look past a chunk's end and bootstraps from the value
+of the next observation there, as ML-Agents computes advantages per trajectory it cuts. ``None``
+(default): chunks end only at episode ends and at the rollout's end, as SB3. Giving it uses the
+signal path (an ``extrinsic``-only ``reward_signals``) also on environments that are not Unity's.
+
 ``ent_coef`` may be a schedule of the progress remaining (1 -> 0), as ``learning_rate`` and
 ``clip_range`` are in SB3: ML-Agents' ``beta_schedule: linear`` decays the entropy coefficient
 that way. It is evaluated once per update, before the epochs, and logged as ``train/ent_coef``.
@@ -93,11 +99,14 @@ class PPO(SignalsAndBCMixin, SignalRolloutsMixin, SB3PPO):
         ``{"extrinsic": {}}`` so that its inactive placeholder steps stay out of the losses.
         A signal's ``gamma`` defaults to this algorithm's ``gamma``.
     :param behavioral_cloning: ML-Agents style BC settings for a BC term during training, or ``None``.
+    :param time_horizon: agent steps after which a trajectory chunk ends (see the module docstring),
+        or ``None``.
     :param ent_coef: (keyword) the entropy coefficient, or a schedule of the progress remaining
         (1 at the start, 0 at the end) giving it, e.g. ML-Agents' linear ``beta`` decay.
     """
 
-    ent_coef_schedule: Schedule | None = None  # class default: models saved before it existed load
+    ent_coef_schedule: Schedule | None = None  # class defaults: models saved before they existed load
+    time_horizon: int | None = None
 
     def __init__(
         self,
@@ -106,8 +115,16 @@ class PPO(SignalsAndBCMixin, SignalRolloutsMixin, SB3PPO):
         *args: Any,
         reward_signals: dict | None = None,
         behavioral_cloning: dict | None = None,
+        time_horizon: int | None = None,
         **kwargs: Any,
     ) -> None:
+        if time_horizon is not None and (
+            isinstance(time_horizon, bool) or not isinstance(time_horizon, int) or time_horizon < 1
+        ):
+            raise RewardSignalConfigError(
+                f"time_horizon must be a whole number of agent steps >= 1 (or None), got {time_horizon!r}."
+            )
+        self.time_horizon = time_horizon
         self._init_signals_and_bc(reward_signals, behavioral_cloning)
         if callable(kwargs.get("ent_coef")):
             self.ent_coef_schedule = kwargs["ent_coef"]
@@ -123,8 +140,8 @@ class PPO(SignalsAndBCMixin, SignalRolloutsMixin, SB3PPO):
     def _setup_model(self) -> None:
         super()._setup_model()
         config = self.reward_signals
-        if config is None and is_unity_vec_env(self.env):
-            config = {"extrinsic": {}}  # the signal path is the one that skips inactive slots
+        if config is None and (is_unity_vec_env(self.env) or self.time_horizon is not None):
+            config = {"extrinsic": {}}  # the signal path skips inactive slots and cuts chunks
         parsed = self._setup_signals(config)
         if parsed is not None:
             if len(self._heads) > 1:

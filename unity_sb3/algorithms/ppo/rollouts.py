@@ -51,6 +51,9 @@ class SignalRolloutsMixin:
         result = super()._setup_learn(total_timesteps, callback, reset_num_timesteps, *args, **kwargs)
         if will_reset or self._last_active is None or len(self._last_active) != self.n_envs:
             self._last_active = active_from_infos(reset_infos_of(self.env), self.n_envs)
+        chunk_steps = getattr(self, "_chunk_steps", None)
+        if will_reset or chunk_steps is None or len(chunk_steps) != self.n_envs:
+            self._chunk_steps = np.zeros(self.n_envs, dtype=np.int64)
         if self.signals is not None:
             mark_inactive_aware(self.env)  # this path never trains on placeholder steps
         return result
@@ -122,6 +125,7 @@ class SignalRolloutsMixin:
                 terminal_values[ended] = v.cpu().numpy().reshape(len(ended), n_heads)
 
             active_next = active_from_infos(infos, env.num_envs)
+            chunk_end = self._chunk_ends(dones)
             step = rollout_buffer.pos
             rollout_buffer.add(
                 self._last_obs,
@@ -135,6 +139,7 @@ class SignalRolloutsMixin:
                 truncated,
                 self._last_active,
                 terminal_values,
+                chunk_end,
             )
             self._fix_pending_next_obs(rollout_buffer, step, pending, next_obs, dones, active_next)
             self._last_obs = new_obs
@@ -148,6 +153,18 @@ class SignalRolloutsMixin:
         callback.update_locals(locals())
         callback.on_rollout_end()
         return True
+
+    def _chunk_ends(self, dones: np.ndarray) -> np.ndarray | None:
+        """Which slots' active step ends a ``time_horizon`` chunk: every ``time_horizon`` active steps
+        since the episode started (or since the last chunk ended), as ML-Agents cuts trajectories."""
+        horizon = getattr(self, "time_horizon", None)
+        if horizon is None:
+            return None
+        counts = self._chunk_steps + self._last_active
+        ends = self._last_active & (counts >= horizon) & ~dones
+        counts[ends | dones] = 0
+        self._chunk_steps = counts
+        return ends
 
     def _fix_pending_next_obs(
         self,
