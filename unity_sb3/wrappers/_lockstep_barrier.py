@@ -38,6 +38,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -162,6 +163,9 @@ class InstanceBarrier:
         self._owner: dict[str, dict[int, ViewState | None]] = {name: {} for name in self.specs}
         #: behavior -> live agent -> (the latest batch it asked in, its row): for interrupted ends
         self._last: dict[str, dict[int, tuple[DecisionSteps, int]]] = {name: {} for name in self.specs}
+        #: behavior -> (ids that asked, rows per owner, live agents per owner) of the last assignment;
+        #: dropped whenever owners change other than by a step (claim, detach, reset, restart)
+        self._known: dict[str, tuple[list[int], dict[ViewState, np.ndarray], dict[ViewState, int]]] = {}
         self._proxies: dict[ViewState, _ProxyState] = {}
         self._stepped = True  # Unity stepped since the last real reset (or was never reset)
         self._busy = False
@@ -221,9 +225,11 @@ class InstanceBarrier:
                     owners[agent] = view
                     changed = True
         if changed:
+            self._known.clear()
             self._assign(deliver_terminals=False)
 
     def _release_agents(self, view: ViewState, keep_terminals: bool) -> None:
+        self._known.clear()
         state = self._proxies.get(view)
         for name in view.behaviors:
             owners = self._owner[name]
@@ -337,6 +343,7 @@ class InstanceBarrier:
             for owners, last in zip(self._owner.values(), self._last.values()):
                 owners.clear()
                 last.clear()
+            self._known.clear()
             self.env = env
             self._steps = {n: (DecisionSteps.empty(s), TerminalSteps.empty(s)) for n, s in self.specs.items()}
             for p in self._proxies.values():
@@ -493,6 +500,7 @@ class InstanceBarrier:
         for owners, last in zip(self._owner.values(), self._last.values()):
             owners.clear()
             last.clear()
+        self._known.clear()
         seed, self._seed = self._seed, None
         if seed is not None and hasattr(self.env, "reseed"):
             self.env.reseed(seed)
@@ -514,40 +522,58 @@ class InstanceBarrier:
         rows: dict[_ProxyState, dict[str, np.ndarray]] = {p: {} for p in proxies.values()}
         live = dict.fromkeys(proxies.values(), 0)
         for name, (dec, term) in self._steps.items():
-            owners, last = self._owner[name], self._last[name]
-            if deliver_terminals and len(term):
-                by_owner: dict[ViewState, list[int]] = {}
-                for j, agent in enumerate(term.agent_id.tolist()):
-                    last.pop(agent, None)
-                    owner = owners.pop(agent, _MISSING)
-                    if owner is _MISSING:  # ended without ever asking
-                        owner = self._owner_for(name)
-                    if owner is not None:
-                        by_owner.setdefault(owner, []).append(j)  # type: ignore[arg-type]
-                for owner, js in by_owner.items():
-                    p = proxies.get(owner)
-                    if p is not None:
-                        p.inbox.setdefault(name, []).append(take_terminals(term, np.asarray(js)))
-            asking: dict[ViewState, list[int]] = {}
-            for j, agent in enumerate(dec.agent_id.tolist()):
-                if deliver_terminals:
-                    last[agent] = (dec, j)
-                owner = owners.get(agent, _MISSING)
-                if owner is _MISSING:  # its episode starts: the policy names its owner
-                    owner = owners[agent] = self._owner_for(name)
-                if owner is not None:
-                    asking.setdefault(owner, []).append(j)  # type: ignore[arg-type]
-            for owner, js in asking.items():
+            asking, alive = self._assign_behavior(name, dec, term, deliver_terminals)
+            for owner, view_rows in asking.items():
                 p = proxies.get(owner)
                 if p is not None:
-                    rows[p][name] = np.asarray(js, dtype=np.int64)
-            for owner in owners.values():
-                if owner is not None and owner in proxies:
-                    live[proxies[owner]] += 1
+                    rows[p][name] = view_rows
+            for owner, count in alive.items():
+                p = proxies.get(owner)
+                if p is not None:
+                    live[p] += count
         for p in proxies.values():
             p.dec_rows = rows[p]
             p.live = live[p]
             p.cache = None
+
+    def _assign_behavior(
+        self, name: str, dec: DecisionSteps, term: TerminalSteps, deliver_terminals: bool
+    ) -> tuple[dict[ViewState, np.ndarray], dict[ViewState, int]]:
+        """One behavior's asking rows and live agents per owner (views only; ``None`` left out)."""
+        owners, last = self._owner[name], self._last[name]
+        ids = dec.agent_id.tolist()
+        if deliver_terminals:
+            last.update(zip(ids, zip(repeat(dec), range(len(ids)))))
+        known = self._known.get(name)
+        if deliver_terminals and not len(term) and known is not None and known[0] == ids:
+            return known[1], known[2]  # the same agents ask as last time, nobody ended: same owners
+        if deliver_terminals and len(term):
+            by_owner: dict[ViewState, list[int]] = {}
+            for j, agent in enumerate(term.agent_id.tolist()):
+                last.pop(agent, None)
+                owner = owners.pop(agent, _MISSING)
+                if owner is _MISSING:  # ended without ever asking
+                    owner = self._owner_for(name)
+                if owner is not None:
+                    by_owner.setdefault(owner, []).append(j)  # type: ignore[arg-type]
+            for owner, js in by_owner.items():
+                p = self._proxies.get(owner)
+                if p is not None:
+                    p.inbox.setdefault(name, []).append(take_terminals(term, np.asarray(js)))
+        asking_lists: dict[ViewState, list[int]] = {}
+        for j, agent in enumerate(ids):
+            owner = owners.get(agent, _MISSING)
+            if owner is _MISSING:  # its episode starts: the policy names its owner
+                owner = owners[agent] = self._owner_for(name)
+            if owner is not None:
+                asking_lists.setdefault(owner, []).append(j)  # type: ignore[arg-type]
+        asking = {owner: np.asarray(js, dtype=np.int64) for owner, js in asking_lists.items()}
+        alive: dict[ViewState, int] = {}
+        for owner in owners.values():
+            if owner is not None:
+                alive[owner] = alive.get(owner, 0) + 1
+        self._known[name] = (ids, asking, alive)
+        return asking, alive
 
     def _view_steps(self, state: _ProxyState) -> tuple[DecisionSteps, TerminalSteps]:
         view = state.view
