@@ -147,3 +147,13 @@ def test_snapshot_normalizer_statistics_normalize_the_ghosts_observations():
     rms.mean = rms.mean + 3.0  # the learner's statistics move on; the snapshot's do not
     np.testing.assert_allclose(ghost.act(decision).continuous, np.clip(expected, -1, 1), rtol=1e-5)
     assert normalizer_weights(SimpleNamespace(norm_obs=False)) == {}
+
+
+def test_a_hybrid_behavior_as_one_box_ignores_masks_as_its_learner_does():
+    spec = BehaviorSpec(
+        [ObservationSpec((4,), (NONE,), ObservationType.DEFAULT, "vector")], ActionSpec(2, (3,))
+    )
+    spaces = BehaviorSpaces(spec, hybrid="box")
+    ghost = GhostPolicy(policy_for(ActorCriticPolicy, spaces), spaces)
+    actions = ghost.act(steps(spaces, 4, only_allowed((3,), (1,), 4)))
+    assert actions.continuous.shape == (4, 2) and actions.discrete.shape == (4, 1)

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 import torch as th
+from gymnasium import spaces as gym_spaces
 from mlagents_envs.base_env import ActionTuple, DecisionSteps
 from stable_baselines3.common.distributions import CategoricalDistribution, MultiCategoricalDistribution
 from stable_baselines3.common.policies import BasePolicy
@@ -151,7 +152,8 @@ class GhostPolicy:
         return self.spaces.to_unity_actions(actions, n)
 
     def _predict(self, obs: Any, masks: np.ndarray | None) -> Any:
-        if masks is None or masks.all():
+        # a Box action space (continuous, or hybrid as one Box) takes no mask, as the learner's does not
+        if masks is None or masks.all() or isinstance(self.spaces.action_space, gym_spaces.Box):
             return self.policy.predict(obs, deterministic=self.deterministic)[0]
         if self._masks_in_predict:
             return self.policy.predict(obs, deterministic=self.deterministic, action_masks=masks)[0]
