@@ -499,3 +499,49 @@ def test_with_no_learning_team_one_view_plays_every_team():
     for name in ("Player?team=0", "Player?team=1"):
         assert {float(r.continuous[0]) for rs in env.received[name].values() for r in rs} == {WALK}
     lock.close()
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_three_views_with_jittered_threads_keep_every_invariant(seed):
+    rng = np.random.default_rng(seed)
+    scripts = {
+        f"{name}?team=0": ScriptedBehavior(
+            [
+                ScriptedAgent(
+                    period=int(rng.integers(1, 4)),
+                    start=int(rng.integers(0, 2)),
+                    episode_length=int(rng.integers(4, 12)),
+                    respawn_delay=int(rng.integers(0, 3)),
+                    new_id_each_episode=True,
+                )
+                for _ in range(3)
+            ]
+        )
+        for name in ("Ant", "Bee", "Cow")
+    }
+    env = ScriptedEnv(scripts, strict=True)
+    lock = LockstepUnity(env, step_timeout=20)
+    views = {name: lock.vec_env(name, num_slots=3) for name in ("Ant", "Bee", "Cow")}
+    values = {"Ant": 0.25, "Bee": 0.5, "Cow": 0.75}
+
+    def jittery(name: str, steps: int):
+        def job():
+            local = np.random.default_rng(len(name))
+            venv = views[name]
+            for _ in range(steps):
+                if local.random() < 0.3:
+                    time.sleep(local.random() * 0.002)
+                venv.step(constant_actions(venv, values[name]))
+            lock.detach(venv)
+            return steps
+
+        return job
+
+    results = run_threads({name: jittery(name, n) for name, n in (("Ant", 60), ("Bee", 40), ("Cow", 50))})
+    assert results == {"Ant": 60, "Bee": 40, "Cow": 50}
+    assert env.unanswered == []
+    for name in scripts:
+        assert received_pairs(env, name) == requested_pairs(env, name)
+        got = {float(r.continuous[0]) for rs in env.received[name].values() for r in rs}
+        assert got <= {values[name.partition("?")[0]], 0.0}  # its view's, or zeros once detached
+    lock.close()
