@@ -126,6 +126,10 @@ def test_bad_trainer_arguments_say_what_is_wrong():
     trainer = MultiBehaviorTrainer(duel(), make)
     with pytest.raises(UnityConfigurationError, match=r"total_timesteps names behaviors \['Prey'\]"):
         trainer.learn({"Prey": 10})
+    two = MultiBehaviorTrainer(duel(), {**make, "Prey": lambda env: POCA("MultiInputPolicy", env, **SMALL)})
+    with pytest.raises(UnityConfigurationError, match="give one per behavior"):
+        two.learn(10, callback=Boom(1))
+    two.close()
     with pytest.raises(FileNotFoundError, match="Hunter"):
         trainer.load("/nonexistent")
     trainer.close()

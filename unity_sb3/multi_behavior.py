@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from stable_baselines3.common.base_class import BaseAlgorithm
+from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.type_aliases import MaybeCallback
 from stable_baselines3.common.vec_env import VecEnv, VecMonitor
 
@@ -121,8 +122,8 @@ class MultiBehaviorTrainer:
         :param total_timesteps: steps per model (SB3's count: slots x vector steps), one number for
             all or one per behavior (a behavior left out does not learn; its agents are answered
             by its answerer, zeros by default).
-        :param callback: an SB3 callback for every model, or behavior -> callback; added to the
-            ``callbacks`` given to the constructor.
+        :param callback: behavior -> SB3 callback (or list), added to the ``callbacks`` given to the
+            constructor; a plain function may serve every model, a ``BaseCallback`` object only one.
         :param log_interval: SB3's ``log_interval``.
         :param reset_num_timesteps: SB3's ``reset_num_timesteps`` (``True`` also resets Unity once).
         :param progress_bar: one SB3 progress bar per model.
@@ -131,6 +132,13 @@ class MultiBehaviorTrainer:
         """
         steps = self._per_behavior(total_timesteps, "total_timesteps")
         learners = [name for name in self.models if name in steps]
+        if isinstance(callback, Mapping):
+            self._per_behavior(callback, "callback")
+        elif len(learners) > 1 and any(isinstance(cb, BaseCallback) for cb in _as_list(callback)):
+            raise UnityConfigurationError(
+                "an SB3 callback object belongs to one model, but this learn() runs "
+                f"{len(learners)}; give one per behavior: callback={{behavior: callback, ...}}"
+            )
         for name in learners:
             self.lockstep.attach(self.views[name])
         for name in self.models:
@@ -193,7 +201,7 @@ class MultiBehaviorTrainer:
         for cb in (self.callbacks.get(name), extra.get(name) if isinstance(extra, Mapping) else extra):
             if cb is None:
                 continue
-            parts.extend(cb if isinstance(cb, list) else [cb])
+            parts.extend(_as_list(cb))
         return parts or None
 
     def save(self, path: str | Path) -> list[Path]:
@@ -233,6 +241,12 @@ class MultiBehaviorTrainer:
                 env.close()
         if self._owns_lockstep:
             self.lockstep.close()
+
+
+def _as_list(callback: Any) -> list[Any]:
+    if callback is None:
+        return []
+    return list(callback) if isinstance(callback, list) else [callback]
 
 
 @contextlib.contextmanager
