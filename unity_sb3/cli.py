@@ -165,6 +165,16 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--transport", choices=["player", "inprocess"], default="inprocess")
     p.add_argument("--stochastic", action="store_true", help="sample actions instead of the mode")
     p.add_argument("--gif", help="write a GIF of the first visual observation of slot 0 here")
+    p.add_argument(
+        "--opponent",
+        default=None,
+        help="competitive scenes: play games against 'random', 'expert' (the scene's scripted player), "
+        "another model (.zip, checkpoint or behavior folder) or a self-play snapshot (STATE.selfplay.pt#K) "
+        "and report wins, draws, losses and the win rate",
+    )
+    p.add_argument(
+        "--team", type=int, default=None, help="with --opponent: the model's team (default: its first)"
+    )
 
 
 def _add_scenes(sub: argparse._SubParsersAction) -> None:
@@ -211,6 +221,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"unity-sb3 train: error: {error}", file=sys.stderr)
             return 2
     if args.command == "eval":
+        if args.opponent is not None:
+            from unity_sb3.run_matches import evaluate_matches_from_args
+
+            return evaluate_matches_from_args(args)
         from unity_sb3.run import evaluate_from_args
 
         return evaluate_from_args(args)

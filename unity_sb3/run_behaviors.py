@@ -317,10 +317,12 @@ def _make_self_play(runs: dict[str, _Behavior], lockstep: Any, seed: int) -> Non
 
     asymmetric = {}
     for name, run in runs.items():
-        if run.config.self_play is None:
-            continue
         teams = [n for n in lockstep.behavior_names if n == name or n.partition("?")[0] == name]
-        if len(teams) > 1:
+        if run.config.self_play is None:
+            if len(teams) > 1:  # no self-play: one model plays every team, as ML-Agents trains it
+                lockstep.set_learning_team(name, None)
+            continue
+        if len(teams) > 1:  # symmetric: one model, the other teams answered by its snapshots
             run.self_play = SelfPlayCallback(lockstep, name, run.config.self_play, seed=seed)
         else:
             asymmetric[name] = run.config.self_play

@@ -93,6 +93,15 @@ def behavior_dir(behavior: str) -> str:
     return re.sub(r"[^A-Za-z0-9._=+-]", "_", behavior)
 
 
+def _layout(spec: Any) -> tuple[Any, ...]:
+    """A spec without its sensor names: the teams of one behavior may name their sensors apart
+    (SoccerTwos' Blue/PurpleRayPerceptionSensor) and still share one policy, as in ML-Agents."""
+    observations = tuple(
+        (tuple(o.shape), tuple(o.dimension_property), o.observation_type) for o in spec.observation_specs
+    )
+    return observations, spec.action_spec
+
+
 class LockstepUnity:
     """The Unity instance(s) that several :class:`UnityVecEnv` views (one per trained behavior) step in lockstep.
 
@@ -261,7 +270,7 @@ class LockstepUnity:
             )
         spec = self._specs[behaviors[0]]
         for other in behaviors[1:]:
-            if self._specs[other] != spec:
+            if _layout(self._specs[other]) != _layout(spec):
                 raise UnityConfigurationError(
                     f"the teams of {behavior!r} have different specs ({behaviors[0]!r}: {spec}, {other!r}: "
                     f"{self._specs[other]}); one view needs one spec: ask for each team by its full name"

@@ -1,0 +1,166 @@
+"""``unity-sb3 eval MODEL --opponent ...``: a trained model against another player on a competitive scene.
+
+::
+
+    unity-sb3 eval results/Tennis_ppo/Tennis --opponent random --episodes 100
+    unity-sb3 eval results/Tennis_ppo/Tennis --opponent results/Tennis_ppo/Tennis/checkpoints/checkpoint_100000_steps.zip
+    unity-sb3 eval results/Tennis_ppo/Tennis --opponent results/Tennis_ppo/Tennis/selfplay.pt#3
+    unity-sb3 eval results/StrikersVsGoalie_poca/Striker --opponent results/StrikersVsGoalie_poca/Goalie
+
+The model (a ``model.zip``, a checkpoint, or a behavior folder of a run) plays its behavior's team
+(``--team`` picks one when the behavior has several, default 0) and the opponent every other
+team. The opponent is ``random``, ``expert`` (the embedded scene's scripted player), another
+model (``.zip`` or behavior folder: the algorithm and ``VecNormalize`` statistics come from its
+folder) or a self-play snapshot (``<state>.selfplay.pt#k``: slot ``k`` of the pool, default the
+newest; it must be a snapshot of a policy like the model's). The games are counted by
+:func:`unity_sb3.selfplay.matches.play_matches`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pickle
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from unity_sb3.run import CONFIG_FILE, MODEL_FILE, RunConfig, unity_open_kwargs
+
+__all__ = ["evaluate_matches_from_args", "load_player_model"]
+
+NORMALIZE_FILE = "vecnormalize.pkl"
+
+
+def _model_and_folder(path: str | Path) -> tuple[Path, Path]:
+    """``(model zip, its behavior folder)`` of a model file, a checkpoint or a behavior folder."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / MODEL_FILE
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{path} does not exist; give a model .zip, a checkpoint, or a run's behavior folder (with model.zip)"
+        )
+    folder = path.parent.parent if path.parent.name == "checkpoints" else path.parent
+    return path, folder
+
+
+def _saved_config(folder: Path) -> RunConfig:
+    saved = folder / CONFIG_FILE
+    if not saved.is_file():
+        return RunConfig()
+    data = yaml.safe_load(saved.read_text()) or {}
+    if "behaviors" in data:
+        raise ValueError(
+            f"{folder} is the folder of a run with several behaviors ({', '.join(data['behaviors'])}); "
+            "give one behavior's folder, e.g. "
+            f"{folder / next(iter(data['behaviors']))}"
+        )
+    known = set(RunConfig.__dataclass_fields__)
+    return RunConfig(**{k: v for k, v in data.items() if k in known})
+
+
+def load_player_model(path: str | Path, algo: str | None = None) -> tuple[Any, Any, RunConfig]:
+    """A saved model, the ``VecNormalize`` it was trained under (or ``None``) and its run's config.
+
+    :param path: a model ``.zip``, a checkpoint, or a behavior folder.
+    :param algo: the algorithm (default: the one in the folder's ``config.yaml``).
+    """
+    from unity_sb3.algorithms.registry import algorithm_class
+
+    model_path, folder = _model_and_folder(path)
+    config = _saved_config(folder)
+    model = algorithm_class(algo or config.algo).load(model_path, device="cpu")
+    normalize = None
+    stats = folder / NORMALIZE_FILE
+    if config.normalize and stats.is_file():
+        with stats.open("rb") as file:
+            normalize = pickle.load(file)
+    return model, normalize, config
+
+
+def _snapshot(spec: str) -> dict[str, Any]:
+    """The weights of ``<state>.selfplay.pt#k`` (``#k`` left out: the newest snapshot)."""
+    import torch as th
+
+    file, _, index = spec.partition("#")
+    state = th.load(file, map_location="cpu", weights_only=True)
+    behaviors = state.get("behaviors", {})
+    if len(behaviors) != 1:
+        raise ValueError(
+            f"{file} holds the pools of {sorted(behaviors)}; a snapshot opponent needs a symmetric run's "
+            "state (one behavior). Use the other behavior's model or checkpoint instead"
+        )
+    pool = next(iter(behaviors.values()))["pool"]
+    snapshots = pool["snapshots"]
+    k = int(index) if index else (int(pool["snapshot_counter"]) - 1) % len(snapshots)
+    if not 0 <= k < len(snapshots) or not snapshots[k]:
+        filled = [i for i, s in enumerate(snapshots) if s]
+        raise ValueError(f"{file} has no snapshot #{k}; its pool holds snapshots {filled}")
+    return dict(snapshots[k])
+
+
+def _team_of_model(names: list[str], behavior: str | None, team: int | None) -> tuple[list[str], int]:
+    from unity_sb3.wrappers.behavior import split_behavior_name
+
+    base = (behavior or "").partition("?")[0]
+    mine = [n for n in names if split_behavior_name(n)[0] == base or n == behavior]
+    if not mine:
+        raise ValueError(f"the scene has no behavior {behavior!r}; its behaviors are {names}")
+    teams = sorted(split_behavior_name(n)[1] for n in mine)
+    chosen = teams[0] if team is None else int(team)
+    if chosen not in teams:
+        raise ValueError(f"behavior {base!r} plays teams {teams}; --team {team} is not one of them")
+    return mine, chosen
+
+
+def evaluate_matches_from_args(args: argparse.Namespace) -> int:
+    """``unity-sb3 eval MODEL --opponent OPPONENT [--episodes N] [--team T]``: prints the results."""
+    from unity_sb3.open import open_unity
+    from unity_sb3.selfplay.matches import play_matches, policy_player, view_spec
+
+    model, normalize, config = load_player_model(args.model, args.algo)
+    if args.env:
+        config.env = args.env
+    config.seed = args.seed
+    config.transport = args.transport
+    env = open_unity(config.env, **unity_open_kwargs(config))
+    try:
+        names = list(env.behavior_specs)
+        mine, team = _team_of_model(names, config.behavior, getattr(args, "team", None))
+        spec = view_spec(env, mine[0])
+        deterministic = not args.stochastic
+        players: dict[int, Any] = {
+            team: policy_player(model, spec, vec_normalize=normalize, deterministic=deterministic)
+        }
+        opponent = _opponent(args.opponent, model, env, deterministic)
+        from unity_sb3.wrappers.behavior import split_behavior_name
+
+        for name in names:
+            other = split_behavior_name(name)[1]
+            if other not in players:
+                players[other] = opponent(name)
+        result = play_matches(
+            env, players, args.episodes, team=team, seed=args.seed, deterministic=deterministic
+        )
+    finally:
+        env.close()
+    print(f"{config.behavior or config.env} ({config.algo}) vs {args.opponent} on {config.env}: {result}")
+    return 0
+
+
+def _opponent(spec: str, model: Any, env: Any, deterministic: bool) -> Any:
+    """A function behavior name -> the opponent's player for that behavior."""
+    from unity_sb3.selfplay.matches import policy_player, view_spec
+
+    if spec in ("random", "expert"):
+        return lambda name: spec
+    if ".selfplay.pt" in spec or spec.partition("#")[0].endswith("selfplay.pt"):
+        weights = _snapshot(spec)
+        return lambda name: policy_player(
+            model, view_spec(env, name), weights=weights, deterministic=deterministic
+        )
+    other, normalize, _ = load_player_model(spec)
+    return lambda name: policy_player(
+        other, view_spec(env, name), vec_normalize=normalize, deterministic=deterministic
+    )
