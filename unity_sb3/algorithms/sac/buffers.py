@@ -20,7 +20,7 @@ from gymnasium import spaces
 from stable_baselines3.common.buffers import DictReplayBuffer, ReplayBuffer
 from stable_baselines3.common.vec_env import VecNormalize
 
-from unity_sb3.algorithms.sac.policies import action_layout
+from unity_sb3.algorithms.distributions import action_layout, flat_action_space
 
 
 class MaskedReplayBufferSamples(NamedTuple):
@@ -43,9 +43,8 @@ class MaskedReplayBufferSamples(NamedTuple):
 def stored_action_space(action_space: spaces.Space) -> spaces.Space:
     """The space a replay buffer stores: a hybrid ``Tuple(Box, MultiDiscrete)`` becomes ``Box((c + k,))``."""
     if isinstance(action_space, spaces.Tuple):
-        c, branches = action_layout(action_space)
-        return spaces.Box(-np.inf, np.inf, shape=(c + len(branches),), dtype=np.float32)
-    return action_space
+        action_layout(action_space)  # a clear error for any other Tuple
+    return flat_action_space(action_space)
 
 
 class _MasksMixin:

@@ -22,7 +22,6 @@ import torch as th
 from gymnasium import spaces
 from stable_baselines3.common.distributions import SquashedDiagGaussianDistribution
 from stable_baselines3.common.policies import BaseModel, BasePolicy
-from stable_baselines3.common.preprocessing import get_action_dim
 from stable_baselines3.common.torch_layers import (
     BaseFeaturesExtractor,
     CombinedExtractor,
@@ -33,47 +32,23 @@ from stable_baselines3.common.torch_layers import (
 from stable_baselines3.common.type_aliases import PyTorchObs, Schedule
 from torch import nn
 
+from unity_sb3.algorithms.distributions import MASKED_LOGIT, action_layout, mask_logits
+
+__all__ = [
+    "MASKED_LOGIT",
+    "BranchedActor",
+    "BranchedCnnPolicy",
+    "BranchedCritic",
+    "BranchedDistribution",
+    "BranchedMultiInputPolicy",
+    "BranchedSACPolicy",
+    "action_layout",
+    "condense",
+    "expected_over_branches",
+    "mask_logits",
+]
+
 LOG_STD_MIN, LOG_STD_MAX = -20, 2
-#: the logit of a masked action (ML-Agents uses a large negative number too; -inf would turn
-#: ``p * log p`` into NaN)
-MASKED_LOGIT = -1e8
-
-
-def action_layout(action_space: spaces.Space) -> tuple[int, list[int]]:
-    """``(continuous size c, discrete branch sizes)`` of a ``Discrete``, ``MultiDiscrete`` or hybrid space.
-
-    :raises ValueError: any other space (a ``Box`` goes to SB3's SAC policy).
-    """
-    if isinstance(action_space, spaces.Discrete):
-        return 0, [int(action_space.n)]
-    if isinstance(action_space, spaces.MultiDiscrete):
-        return 0, [int(n) for n in np.asarray(action_space.nvec).ravel()]
-    if (
-        isinstance(action_space, spaces.Tuple)
-        and len(action_space.spaces) == 2
-        and isinstance(action_space.spaces[0], spaces.Box)
-        and isinstance(action_space.spaces[1], (spaces.Discrete, spaces.MultiDiscrete))
-    ):
-        return get_action_dim(action_space.spaces[0]), action_layout(action_space.spaces[1])[1]
-    raise ValueError(
-        f"SAC's discrete policy takes Discrete, MultiDiscrete or a hybrid Tuple(Box, MultiDiscrete) action "
-        f"space, got {action_space}. A hybrid Unity behavior gives the Tuple with UnityVecEnv(..., hybrid='tuple')."
-    )
-
-
-def mask_logits(logits: th.Tensor, masks: th.Tensor | np.ndarray | None, branches: list[int]) -> th.Tensor:
-    """Logits with the actions a mask forbids set to :data:`MASKED_LOGIT`.
-
-    :param logits: ``(B, sum(branches))``.
-    :param masks: ``(B, sum(branches))`` bool, True = allowed, or None. A branch whose mask
-        allows nothing is left unmasked (an inactive slot's placeholder may send one).
-    """
-    if masks is None:
-        return logits
-    allowed = th.as_tensor(masks, dtype=th.bool, device=logits.device).reshape(logits.shape)
-    parts = th.split(allowed, branches, dim=1)
-    allowed = th.cat([p | ~p.any(dim=1, keepdim=True) for p in parts], dim=1)
-    return logits.masked_fill(~allowed, MASKED_LOGIT)
 
 
 def condense(q_values: th.Tensor, discrete: th.Tensor, branches: list[int]) -> th.Tensor:
