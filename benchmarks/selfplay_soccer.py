@@ -1,0 +1,204 @@
+"""SoccerTwos, POCA + self-play: the ELO over training and the final team against a random team.
+
+One POCA model plays both teams of the embedded SoccerTwos scene (``LockstepUnity`` +
+``SelfPlayCallback``, ML-Agents' ghost trainer; each team of a field is a group of two, POCA's
+centralised critic sees the group): the learning team's agents are its view's slots, the other team
+is answered by snapshots of the model. The settings are the shipped ``unity_sb3/SoccerTwos-v0``
+ones (``config/poca/SoccerTwos.yaml``: 3 epochs, learning rate 3e-4 constant, beta 0.005, gamma
+0.99, lambda 0.95, not normalized; ``self_play`` save 50k, team change 200k, swap 2000, window 10,
+latest ratio 0.5) scaled down to what a shared 2-core machine trains in tens of minutes: fewer
+fields, shorter episodes (``--max-steps``), a smaller network and rollout, and the self-play steps
+divided by the same factor as the budget.
+
+``--ball-touch`` sets the scene's ``ball_touch`` environment parameter (``AgentSoccer`` rewards
+``0.2 * ball_touch`` per touch; ML-Agents' early soccer curriculum started it at 1). Unity's
+SoccerTwos.yaml leaves it at 0: a goal is the only reward, which the budgets here do not learn from
+(see benchmarks/RESULTS.md).
+
+After training the final team (frozen, sampling its actions) plays ``--games`` games against a team
+that acts uniformly at random, half on each side, with Unity's ``MaxEnvironmentSteps`` (5000
+academy steps: a game not decided by then is a draw). A game is won or lost as ML-Agents' ghost
+trainer reads it: the sign of the final reward plus the group reward.
+
+    python benchmarks/selfplay_soccer.py --seeds 0 1 2 --timesteps 60000 --jobs 3
+
+Writes ``benchmarks/results/<name>.{json,png}`` (the ELO curves) and prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import print_table, write_results
+from _curves import plot_curves, run_tasks, windowed_mean
+from _selfplay import EloRecorder, frozen_player, play_matches, policy_weights, random_player
+
+RESULTS = Path(__file__).resolve().parent / "results"
+COLUMNS = (
+    "seed",
+    "steps",
+    "final ELO",
+    "max ELO",
+    "vs random",
+    "W/L/D",
+    "vs early",
+    "random vs random",
+    "train s",
+)
+EVAL_FIELDS = 8
+EVAL_MAX_STEPS = 5000  # Unity's MaxEnvironmentSteps
+
+
+def settings(timesteps: int) -> dict:
+    """Unity's SoccerTwos ``self_play`` section (save 50k, team change 200k), scaled so a run of
+    ``timesteps`` still saves about 12 snapshots and changes team about 3 times."""
+    save = max(timesteps // 12, 1000)
+    return {
+        "save_steps": save,
+        "team_change": 4 * save,
+        "swap_steps": 2000,
+        "window": 10,
+        "play_against_latest_model_ratio": 0.5,
+        "initial_elo": 1200.0,
+    }
+
+
+def run(
+    seed: int,
+    timesteps: int,
+    fields: int,
+    max_steps: int,
+    ball_touch: float,
+    n_steps: int,
+    games: int,
+    early: float,
+    threads: int,
+) -> dict:
+    import torch as th
+    from stable_baselines3.common.utils import set_random_seed
+    from stable_baselines3.common.vec_env import VecMonitor
+
+    from unity_sb3 import POCA
+    from unity_sb3.callbacks.self_play import SelfPlayCallback
+    from unity_sb3.scenes import make_scene
+    from unity_sb3.wrappers.lockstep import LockstepUnity
+
+    th.set_num_threads(threads)
+    set_random_seed(seed)
+    scene = make_scene("SoccerTwos", seed=seed, num_agents=fields, max_steps=max_steps, ball_touch=ball_touch)
+    unity = LockstepUnity(scene)
+    view = unity.vec_env("SoccerTwos")
+    env = VecMonitor(view)
+    self_play = SelfPlayCallback(unity, "SoccerTwos", settings(timesteps), seed=seed)
+    model = POCA(
+        "MultiInputPolicy",
+        env,
+        n_steps=n_steps,
+        batch_size=min(1024, n_steps * view.num_envs),
+        n_epochs=3,
+        learning_rate=3e-4,
+        gamma=0.99,
+        gae_lambda=0.95,
+        ent_coef=0.005,
+        clip_range=0.2,
+        policy_kwargs=dict(net_arch=[128, 128]),
+        device="cpu",
+    )
+    recorder = EloRecorder(self_play, every=max(timesteps // 30, 1), snapshot_at=int(early * timesteps))
+    start = time.perf_counter()
+    model.learn(timesteps, callback=[self_play, recorder])
+    seconds = time.perf_counter() - start
+    spaces = view.spaces
+    final = frozen_player(model, spaces, policy_weights(model))
+    earlier = frozen_player(model, spaces, recorder.snapshot)
+    spec = scene.behavior_specs["SoccerTwos?team=0"]
+    unity.close()
+    eval_seed = 10_000 + 10 * seed
+    params = {"num_agents": EVAL_FIELDS, "max_steps": EVAL_MAX_STEPS}
+    vs_random = play_matches(
+        "SoccerTwos", final, random_player(spec, eval_seed), games, seed=eval_seed, **params
+    )
+    vs_early = play_matches("SoccerTwos", final, earlier, games, seed=eval_seed + 2, **params)
+    baseline = play_matches(
+        "SoccerTwos",
+        random_player(spec, eval_seed + 1),
+        random_player(spec, eval_seed),
+        games,
+        seed=eval_seed,
+        **params,
+    )
+    return {
+        "seed": seed,
+        "steps": int(model.num_timesteps),
+        "final ELO": self_play.elo,
+        "max ELO": max([e for _, e in recorder.points] + [self_play.elo]),
+        "vs random": vs_random.win_rate,
+        "W/L/D": f"{vs_random.wins}/{vs_random.losses}/{vs_random.draws}",
+        "vs early": vs_early.win_rate,
+        "random vs random": baseline.win_rate,
+        "train s": seconds,
+        "team changes": self_play.controller.team_changes,
+        "elo_curve": recorder.points,
+        "matches": {
+            "random": vs_random.as_dict(),
+            "early": vs_early.as_dict(),
+            "random_vs_random": baseline.as_dict(),
+        },
+    }
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument(
+        "--timesteps", type=int, default=60_000, help="learner steps (agents of the learning team)"
+    )
+    parser.add_argument(
+        "--fields", type=int, default=4, help="SoccerTwos fields: 2 slots of the learning team each"
+    )
+    parser.add_argument(
+        "--max-steps", type=int, default=2000, help="academy steps of a training game before a draw"
+    )
+    parser.add_argument("--ball-touch", type=float, default=0.0, help="the scene's ball_touch parameter")
+    parser.add_argument("--n-steps", type=int, default=256, help="rollout length per slot")
+    parser.add_argument("--games", type=int, default=48, help="games of each evaluation (half on each side)")
+    parser.add_argument("--early-fraction", type=float, default=0.2, help="when the earlier policy is kept")
+    parser.add_argument("--jobs", type=int, default=1, help="seeds run in parallel processes")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads per run")
+    parser.add_argument("--name", default="selfplay_soccer")
+    args = parser.parse_args(argv)
+    tasks = [
+        (
+            seed,
+            args.timesteps,
+            args.fields,
+            args.max_steps,
+            args.ball_touch,
+            args.n_steps,
+            args.games,
+            args.early_fraction,
+            args.threads,
+        )
+        for seed in args.seeds
+    ]
+    rows = run_tasks(run, tasks, args.jobs)
+    title = f"SoccerTwos POCA + self-play, {args.timesteps} steps, {args.fields} fields, ball_touch {args.ball_touch}"
+    print_table(rows, COLUMNS, title=title)
+    window = max(args.timesteps // 30, 1)
+    curves = {"ELO": [windowed_mean(row["elo_curve"], args.timesteps, window) for row in rows]}
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    plot_curves(
+        curves, window, RESULTS / f"{args.name}.png", "ELO", "SoccerTwos self-play: ELO", hline=1200.0
+    )
+    print(f"wrote {write_results(args.name, rows, settings=vars(args), self_play=settings(args.timesteps))}")
+    return rows
+
+
+if __name__ == "__main__":
+    main()
