@@ -8,7 +8,7 @@ self-attention (``entities="attention"``, the default); ``flatten`` pads and fla
 440 inputs (``entities="flatten"``). Everything else is the same (the shipped ``Sorter`` entry of
 ``config/hyperparams/ppo.yml``). Prints a table, writes ``benchmarks/results/sorter_attention.json``.
 
-    python benchmarks/sorter_attention.py                       # 3 seeds x 2 encoders, 60k steps, 1-2 tiles
+    python benchmarks/sorter_attention.py                       # 3 seeds x 2 encoders, 120k steps, 1-2 tiles
     python benchmarks/sorter_attention.py --steps 80000 --seeds 0 --encoders attention
 
 Reference returns (scene's expert_actions and uniform random actions over 3000 decisions of 8
@@ -45,10 +45,10 @@ def make_model(encoder: str, env, seed: int) -> PPO:
     return PPO(
         "MultiInputPolicy",
         env,
-        n_steps=128,
-        batch_size=256,
-        n_epochs=4,
-        learning_rate=1e-3,
+        n_steps=256,
+        batch_size=512,
+        n_epochs=3,
+        learning_rate=3e-4,
         ent_coef=0.005,
         gamma=0.99,
         gae_lambda=0.95,
@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--steps", type=int, default=60_000, help="training steps per run (all agents)")
+    parser.add_argument("--steps", type=int, default=120_000, help="training steps per run (all agents)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--encoders", nargs="+", default=list(ENCODERS), choices=ENCODERS)
     parser.add_argument("--num-tiles", type=int, default=2, help="most tiles per episode (1-20)")
