@@ -157,3 +157,21 @@ def test_a_hybrid_behavior_as_one_box_ignores_masks_as_its_learner_does():
     ghost = GhostPolicy(policy_for(ActorCriticPolicy, spaces), spaces)
     actions = ghost.act(steps(spaces, 4, only_allowed((3,), (1,), 4)))
     assert actions.continuous.shape == (4, 2) and actions.discrete.shape == (4, 1)
+
+
+@pytest.mark.parametrize(
+    "action",
+    [ActionSpec.create_continuous(2), ActionSpec.create_discrete((3, 2))],
+    ids=["gaussian", "branches"],
+)
+def test_a_policy_that_has_trained_can_be_frozen(action):
+    # a training step leaves its action distribution, tensors of an autograd graph, on the policy
+    spaces = behavior_spaces(action)
+    policy = policy_for(ActorCriticPolicy, spaces)
+    obs = th.as_tensor(spaces.observations(steps(spaces, 4).obs))
+    _, log_prob, _ = policy.evaluate_actions(obs, th.as_tensor(np.zeros((4, *spaces.action_space.shape))))
+    log_prob.sum().backward()
+    ghost = GhostPolicy(policy, spaces, deterministic=True)
+    actions = ghost("b", steps(spaces, 3))
+    assert len(actions.continuous if action.continuous_size else actions.discrete) == 3
+    assert policy.action_dist.distribution is not None  # the learner's own policy is left as it was

@@ -93,7 +93,7 @@ class GhostPolicy:
             )
         _check_same_space(policy.observation_space, spaces.observation_space, "observation")
         _check_same_space(policy.action_space, spaces.action_space, "action")
-        self.policy = copy.deepcopy(policy)
+        self.policy = _frozen_copy(policy)
         self.policy.set_training_mode(False)
         for parameter in self.policy.parameters():
             parameter.requires_grad_(False)
@@ -187,6 +187,22 @@ class GhostPolicy:
                 choices.append(th.argmax(masked.probs, dim=1) if self.deterministic else masked.sample())
             actions = th.stack(choices, dim=1).cpu().numpy()
         return actions[:, 0] if isinstance(distribution, CategoricalDistribution) else actions
+
+
+def _frozen_copy(policy: BasePolicy) -> BasePolicy:
+    """``copy.deepcopy(policy)`` for a policy that has trained: SB3 keeps the last action distribution
+    on the policy (``action_dist.distribution``), and after a training step its tensors belong to an
+    autograd graph, which ``deepcopy`` refuses. The copy is made without it (the next forward pass
+    makes a new one); the policy itself keeps it."""
+    action_dist = getattr(policy, "action_dist", None)
+    last = getattr(action_dist, "distribution", None)
+    if last is None:
+        return copy.deepcopy(policy)
+    action_dist.distribution = None
+    try:
+        return copy.deepcopy(policy)
+    finally:
+        action_dist.distribution = last
 
 
 def _read_normalizer(stats: Mapping[str, th.Tensor]) -> dict[str, Any]:
