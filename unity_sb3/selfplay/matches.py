@@ -166,7 +166,16 @@ def _answer_for(player: Player, env: BaseEnv, name: str, seed: int | None, deter
                 raise ValueError(
                     f"{type(env).__name__} has no scripted player (expert_actions); use 'random' or a model"
                 )
-            return expert
+
+            def scripted(behavior_name: str, decision_steps: DecisionSteps) -> ActionTuple:
+                try:
+                    return expert(behavior_name, decision_steps)
+                except NotImplementedError:  # EmbeddedScene's placeholder
+                    raise ValueError(
+                        f"{type(env).__name__} has no scripted player (expert_actions); use 'random' or a model"
+                    ) from None
+
+            return scripted
         raise ValueError(f"unknown player {player!r}: use 'random', 'expert', a model or an answer function")
     if isinstance(player, (BaseAlgorithm, BasePolicy)):
         return policy_player(player, view_spec(env, name), deterministic=deterministic)
