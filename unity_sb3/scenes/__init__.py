@@ -38,6 +38,7 @@ SCENES: dict[str, str] = {
     "SoccerTwos": "unity_sb3.scenes.soccer:SoccerTwos",
     "StrikersVsGoalie": "unity_sb3.scenes.strikers_vs_goalie:StrikersVsGoalie",
     "Tennis": "unity_sb3.scenes.tennis:Tennis",
+    "HybridLine": "unity_sb3.scenes.hybrid_line:HybridLine",
 }
 
 __all__ = ["SCENES", "EmbeddedScene", "describe_scene", "list_scenes", "make_scene", "scene_class"]

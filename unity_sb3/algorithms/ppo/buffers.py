@@ -10,6 +10,8 @@ import torch as th
 from gymnasium import spaces
 from stable_baselines3.common.buffers import BaseBuffer
 
+from unity_sb3.algorithms.distributions import action_layout, flat_action_space, is_hybrid_space
+
 REWARD_CHUNK = 4096  # transitions per forward pass when computing intrinsic rewards
 
 
@@ -22,6 +24,7 @@ class SignalRolloutBufferSamples(NamedTuple):
     advantages: th.Tensor  # (batch,) combined
     returns: th.Tensor  # (batch, n_heads)
     dones: th.Tensor
+    action_masks: th.Tensor | None = None  # (batch, sum(branches)) True = allowed, hybrid actions only
 
 
 class SignalRolloutBuffer(BaseBuffer):
@@ -29,7 +32,8 @@ class SignalRolloutBuffer(BaseBuffer):
 
     :param buffer_size: steps per environment slot.
     :param observation_space: observation space (``Box``, ``Discrete``... or ``Dict``).
-    :param action_space: action space.
+    :param action_space: action space; a hybrid ``Tuple(Box, MultiDiscrete)`` is stored flat,
+        ``(c + k,)`` per step, with the step's action masks ``(sum(branches),)`` (True = allowed).
     :param device: torch device of the samples.
     :param gae_lambda: GAE lambda, common to all heads.
     :param gammas: discount of each head, ``(n_heads,)``.
@@ -48,7 +52,10 @@ class SignalRolloutBuffer(BaseBuffer):
         ignore_done: Sequence[bool] = (False,),
         n_envs: int = 1,
     ) -> None:
-        super().__init__(buffer_size, observation_space, action_space, device, n_envs=n_envs)
+        self.mask_dim = int(sum(action_layout(action_space)[1])) if is_hybrid_space(action_space) else 0
+        super().__init__(
+            buffer_size, observation_space, flat_action_space(action_space), device, n_envs=n_envs
+        )
         self.gae_lambda = gae_lambda
         self.gammas = np.asarray(gammas, dtype=np.float32)
         self.ignore_done = np.asarray(ignore_done, dtype=bool)
@@ -70,6 +77,7 @@ class SignalRolloutBuffer(BaseBuffer):
         self.observations = self._obs_storage()
         self.next_observations = self._obs_storage()
         self.actions = np.zeros((t, n, self.action_dim), dtype=np.float32)
+        self.action_masks = np.ones((t, n, self.mask_dim), dtype=bool)
         self.env_rewards = np.zeros((t, n), dtype=np.float32)
         self.head_rewards = np.zeros((t, n, k), dtype=np.float32)
         self.episode_starts = np.zeros((t, n), dtype=np.float32)
@@ -106,10 +114,12 @@ class SignalRolloutBuffer(BaseBuffer):
         active: np.ndarray,
         terminal_values: np.ndarray,
         chunk_end: np.ndarray | None = None,
+        action_masks: np.ndarray | None = None,
     ) -> None:
         """Store one step of every slot. ``value``/``terminal_values`` are ``(n_envs, n_heads)``;
         ``chunk_end`` ``(n_envs,)`` marks steps that end a trajectory chunk (ML-Agents' ``time_horizon``):
-        GAE does not look past them and bootstraps from the next value."""
+        GAE does not look past them and bootstraps from the next value. ``action_masks``
+        ``(n_envs, sum(branches))`` (hybrid actions; None = all allowed) are the masks the actions were drawn under."""
         p = self.pos
         self._set_obs(self.observations, p, obs)
         self._set_obs(self.next_observations, p, next_obs)
@@ -121,6 +131,10 @@ class SignalRolloutBuffer(BaseBuffer):
         self.active[p] = active
         self.terminal_values[p] = terminal_values
         self.chunk_ends[p] = False if chunk_end is None else chunk_end
+        if self.mask_dim:
+            self.action_masks[p] = (
+                True if action_masks is None else np.reshape(action_masks, (self.n_envs, -1))
+            )
         self.values[p] = value.detach().cpu().numpy().reshape(self.n_envs, self.n_heads)
         self.log_probs[p] = log_prob.detach().cpu().numpy().reshape(self.n_envs)
         self.pos += 1
@@ -204,6 +218,7 @@ class SignalRolloutBuffer(BaseBuffer):
             advantages=take(self.advantages),
             returns=take(self.returns),
             dones=take(self.dones.astype(np.float32)),
+            action_masks=take(self.action_masks) if self.mask_dim else None,
         )
 
 

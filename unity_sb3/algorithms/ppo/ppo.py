@@ -41,6 +41,14 @@ signal path (an ``extrinsic``-only ``reward_signals``) also on environments that
 ``clip_range`` are in SB3: ML-Agents' ``beta_schedule: linear`` decays the entropy coefficient
 that way. It is evaluated once per update, before the epochs, and logged as ``train/ent_coef``.
 
+Hybrid actions (a ``Tuple((Box(c,), MultiDiscrete(branches)))`` action space, what
+``UnityVecEnv(..., hybrid="tuple")`` offers for a behavior with continuous and discrete actions)
+take :class:`~unity_sb3.algorithms.ppo.hybrid.HybridActorCriticPolicy` (``"MlpPolicy"``,
+``"CnnPolicy"`` and ``"MultiInputPolicy"`` name its variants then): ML-Agents' hybrid action model,
+a Gaussian head and one categorical per branch, with the env's action masks on the branches
+(``env_method("action_masks")``, sb3-contrib's convention). The rollout buffer stores each action
+flat, ``(c + k,)``, with its masks; hybrid actions always take the signal path.
+
 ``behavioral_cloning``: see :func:`unity_sb3.algorithms.mixin.make_bc_module`; PPO calls the BC
 module's ``update()`` once after each policy update (as ML-Agents) and logs under
 ``behavioral_cloning/``.
@@ -59,12 +67,25 @@ import numpy as np
 import torch as th
 from gymnasium import spaces
 from stable_baselines3 import PPO as SB3PPO
+from stable_baselines3.common.buffers import DictRolloutBuffer, RolloutBuffer
+from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
+from stable_baselines3.common.policies import (
+    ActorCriticCnnPolicy,
+    ActorCriticPolicy,
+    MultiInputActorCriticPolicy,
+)
 from stable_baselines3.common.type_aliases import Schedule
 from stable_baselines3.common.utils import explained_variance
 from torch import nn
 
+from unity_sb3.algorithms.distributions import flat_action_space, is_hybrid_space
 from unity_sb3.algorithms.mixin import SignalsAndBCMixin, log_stats
 from unity_sb3.algorithms.ppo.buffers import SignalRolloutBuffer
+from unity_sb3.algorithms.ppo.hybrid import (
+    HybridActorCriticPolicy,
+    HybridCnnPolicy,
+    HybridMultiInputPolicy,
+)
 from unity_sb3.algorithms.ppo.rollouts import SignalRolloutsMixin
 from unity_sb3.algorithms.reward_signals.settings import RewardSignalConfigError
 from unity_sb3.slots import is_unity_vec_env
@@ -88,7 +109,48 @@ def widen_value_head(policy: Any, n_heads: int) -> None:
     )
 
 
-class PPO(SignalsAndBCMixin, SignalRolloutsMixin, SB3PPO):
+#: SB3's actor-critic policies (what "MlpPolicy" etc. name) -> their hybrid-action counterparts
+HYBRID_POLICIES: dict[type, type] = {
+    ActorCriticPolicy: HybridActorCriticPolicy,
+    ActorCriticCnnPolicy: HybridCnnPolicy,
+    MultiInputActorCriticPolicy: HybridMultiInputPolicy,
+}
+SUPPORTED_ACTION_SPACES = (
+    spaces.Box,
+    spaces.Discrete,
+    spaces.MultiDiscrete,
+    spaces.MultiBinary,
+    spaces.Tuple,
+)
+
+
+class _FlatActionsRolloutBuffer(RolloutBuffer):
+    """SB3's rollout buffer storing a hybrid action flat (only built, never filled: hybrid PPO uses the signal path)."""
+
+    def __init__(
+        self, buffer_size: int, observation_space: Any, action_space: Any, *args: Any, **kwargs: Any
+    ):
+        super().__init__(buffer_size, observation_space, flat_action_space(action_space), *args, **kwargs)
+
+
+class _FlatActionsDictRolloutBuffer(DictRolloutBuffer):
+    """:class:`_FlatActionsRolloutBuffer` for ``Dict`` observations."""
+
+    def __init__(
+        self, buffer_size: int, observation_space: Any, action_space: Any, *args: Any, **kwargs: Any
+    ):
+        super().__init__(buffer_size, observation_space, flat_action_space(action_space), *args, **kwargs)
+
+
+class _OpenActionSpaces(OnPolicyAlgorithm):
+    """Sits between SB3's PPO and ``OnPolicyAlgorithm`` in the MRO: SB3's PPO declares its action
+    spaces; the project's PPO takes the hybrid ``Tuple`` too."""
+
+    def __init__(self, *args: Any, supported_action_spaces: Any = None, **kwargs: Any) -> None:
+        super().__init__(*args, supported_action_spaces=SUPPORTED_ACTION_SPACES, **kwargs)
+
+
+class PPO(SignalsAndBCMixin, SignalRolloutsMixin, SB3PPO, _OpenActionSpaces):
     """SB3's PPO with ML-Agents reward signals and a behavioral-cloning hook (see the module docstring).
 
     Takes every argument of :class:`stable_baselines3.PPO`, plus:
@@ -137,10 +199,32 @@ class PPO(SignalsAndBCMixin, SignalRolloutsMixin, SB3PPO):
             )
         super().__init__(policy, env, *args, **kwargs)
 
+    def _use_hybrid_classes(self) -> None:
+        """The hybrid policy, and a rollout buffer SB3 can build, for a hybrid ``Tuple`` action space."""
+        if not is_hybrid_space(self.action_space):
+            raise ValueError(
+                f"PPO takes a Tuple action space only as the hybrid Tuple(Box, MultiDiscrete), got {self.action_space}."
+            )
+        policy_class = HYBRID_POLICIES.get(self.policy_class, self.policy_class)
+        if not (isinstance(policy_class, type) and issubclass(policy_class, HybridActorCriticPolicy)):
+            raise ValueError(
+                f"PPO with hybrid actions needs a hybrid policy ('MlpPolicy', 'CnnPolicy', 'MultiInputPolicy' or a "
+                f"HybridActorCriticPolicy subclass), got {getattr(policy_class, '__name__', policy_class)}."
+            )
+        self.policy_class = policy_class
+        if self.rollout_buffer_class is None:
+            dict_obs = isinstance(self.observation_space, spaces.Dict)
+            self.rollout_buffer_class = (
+                _FlatActionsDictRolloutBuffer if dict_obs else _FlatActionsRolloutBuffer
+            )
+
     def _setup_model(self) -> None:
+        hybrid = isinstance(self.action_space, spaces.Tuple)
+        if hybrid:
+            self._use_hybrid_classes()
         super()._setup_model()
         config = self.reward_signals
-        if config is None and (is_unity_vec_env(self.env) or self.time_horizon is not None):
+        if config is None and (is_unity_vec_env(self.env) or self.time_horizon is not None or hybrid):
             config = {"extrinsic": {}}  # the signal path skips inactive slots and cuts chunks
         parsed = self._setup_signals(config)
         if parsed is not None:
@@ -189,7 +273,12 @@ class PPO(SignalsAndBCMixin, SignalRolloutsMixin, SB3PPO):
                 actions = data.actions
                 if isinstance(self.action_space, spaces.Discrete):
                     actions = data.actions.long().flatten()
-                values, log_prob, entropy = self.policy.evaluate_actions(data.observations, actions)
+                if data.action_masks is not None:
+                    values, log_prob, entropy = self.policy.evaluate_actions(
+                        data.observations, actions, action_masks=data.action_masks
+                    )
+                else:
+                    values, log_prob, entropy = self.policy.evaluate_actions(data.observations, actions)
                 values = values.reshape(-1, len(self._heads))
                 advantages = data.advantages
                 if self.normalize_advantage and len(advantages) > 1:

@@ -15,10 +15,12 @@ from typing import Any
 import numpy as np
 import torch as th
 from gymnasium import spaces
+from sb3_contrib.common.maskable.utils import get_action_masks, is_masking_supported
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.utils import obs_as_tensor
 from stable_baselines3.common.vec_env import VecEnv
 
+from unity_sb3.algorithms.distributions import is_hybrid_space, split_hybrid_actions
 from unity_sb3.algorithms.ppo.buffers import (
     REWARD_CHUNK,
     SignalRolloutBuffer,
@@ -76,6 +78,9 @@ class SignalRolloutsMixin:
         need_terminal_values = any(rollout_buffer.ignore_done)
         # step index of an active step whose next observation is still a placeholder, per slot
         pending = np.full(env.num_envs, -1, dtype=np.int64)
+        hybrid = is_hybrid_space(self.action_space)
+        masking = hybrid and is_masking_supported(env)
+        action_masks = None
         callback.on_rollout_start()
 
         while n_steps < n_rollout_steps:
@@ -83,10 +88,16 @@ class SignalRolloutsMixin:
                 self.policy.reset_noise(env.num_envs)
             with th.no_grad():
                 obs_tensor = obs_as_tensor(self._last_obs, self.device)
-                actions, values, log_probs = self.policy(obs_tensor)
+                if hybrid:
+                    action_masks = get_action_masks(env).reshape(env.num_envs, -1) if masking else None
+                    actions, values, log_probs = self.policy(obs_tensor, action_masks=action_masks)
+                else:
+                    actions, values, log_probs = self.policy(obs_tensor)
             actions = actions.cpu().numpy()
             clipped_actions = actions
-            if isinstance(self.action_space, spaces.Box):
+            if hybrid:
+                clipped_actions = split_hybrid_actions(actions, self.action_space)
+            elif isinstance(self.action_space, spaces.Box):
                 if self.policy.squash_output:
                     clipped_actions = self.policy.unscale_action(clipped_actions)
                 else:
@@ -140,6 +151,7 @@ class SignalRolloutsMixin:
                 self._last_active,
                 terminal_values,
                 chunk_end,
+                action_masks,
             )
             self._fix_pending_next_obs(rollout_buffer, step, pending, next_obs, dones, active_next)
             self._last_obs = new_obs
