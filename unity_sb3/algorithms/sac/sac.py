@@ -12,8 +12,9 @@ With ``reward_signals`` (ML-Agents' SAC keeps one Q stream per signal; so does t
   ``(obs, action, next_obs)`` (SB3 stores the terminal observation as ``next_obs`` at episode
   ends). Without an ``extrinsic`` entry the environment reward is not used for learning.
 - **Targets per head** with the head's own ``gamma``: ``r_k + gamma_k * (1 - done_k) * Q'_k``,
-  where ``done_k`` is SB3's done (time-limit truncations already removed) except for curiosity and
-  RND, which never stop bootstrapping (ML-Agents' ``ignore_done``). The entropy bonus
+  where ``done_k`` is SB3's done (time-limit truncations already removed) except for curiosity,
+  RND and GAIL, which never stop bootstrapping (ML-Agents' ``ignore_done``; for GAIL see
+  :data:`BOOTSTRAP_THROUGH_ENDS`). The entropy bonus
   ``-alpha * log pi`` is added once, to the extrinsic head (the first head without extrinsic).
 - **Clipped double Q on the total.** The target uses, per sample, the target critic whose *sum*
   over heads is smallest; the actor maximises the smallest (over critics) sum over heads.
@@ -71,6 +72,12 @@ BRANCHED_POLICIES: dict[type, type] = {
     MultiInputPolicy: BranchedMultiInputPolicy,
 }
 SUPPORTED_ACTION_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.Tuple)
+#: Signals whose Q head bootstraps through episode ends in SAC, besides those with ``ignore_done``.
+#: GAIL's reward ``-log(1 - D)`` is never negative, so a head that stops at episode ends pays the
+#: agent for long episodes (the absorbing-state bias of Kostrikov et al., 2019): on Unity's GAIL
+#: test the actor learned to put off the goal the demo walks to. ML-Agents' earlier torch GAIL
+#: (``trainers/torch/components/reward_providers``) had ``ignore_done = True``; PPO keeps the signal's own.
+BOOTSTRAP_THROUGH_ENDS = ("gail",)
 
 
 def widen_q_networks(critic: Any, n_heads: int) -> None:
@@ -175,7 +182,10 @@ class SAC(BranchedTrainingMixin, SignalsAndBCMixin, SB3SAC, _OpenActionSpaces):
                 )
             self._gammas = th.tensor([parsed[n]["gamma"] for n in self._heads], device=self.device)
             self._episodic = th.tensor(
-                [not (n in self.signals and self.signals[n].ignore_done) for n in self._heads],
+                [
+                    not (n in BOOTSTRAP_THROUGH_ENDS or (n in self.signals and self.signals[n].ignore_done))
+                    for n in self._heads
+                ],
                 dtype=th.float32,
                 device=self.device,
             )
