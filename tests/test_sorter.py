@@ -155,3 +155,22 @@ def test_shipped_hyperparameters_use_the_attention_extractor():
     params = load_hyperparams("ppo", "Sorter")
     assert params["policy"] == "MultiInputPolicy"
     assert "UnityMultiInputExtractor" in params["policy_kwargs"]
+
+
+def monitor_returns(path) -> np.ndarray:
+    """Episode returns of an SB3 ``monitor.csv`` (a JSON comment line, then ``r,l,t``)."""
+    lines = path.read_text().splitlines()[2:]
+    return np.array([float(line.split(",")[0]) for line in lines if line])
+
+
+@pytest.mark.slow
+def test_shipped_ppo_settings_learn_to_sort_with_attention(tmp_path):
+    """`unity-sb3 train --env Sorter` (attention encoder, 1-2 tiles): from random (-0.5) to >= 0.5 per episode."""
+    from unity_sb3.cli import main
+
+    args = ["train", "--env", "Sorter", "--seed", "0", "--results-dir", str(tmp_path), "--no-progress"]
+    assert main([*args, "--transport", "inprocess"]) == 0
+    returns = monitor_returns(tmp_path / "Sorter_ppo" / "monitor.csv")
+    assert len(returns) > 300
+    assert np.mean(returns[:100]) < 0.0, "the untrained policy should not sort"
+    assert np.mean(returns[-200:]) >= 0.5, f"PPO reached {np.mean(returns[-200:]):.2f} (expert 1.39)"
