@@ -44,6 +44,8 @@ from gymnasium import spaces
 from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.preprocessing import get_action_dim, get_obs_shape
 
+from unity_sb3.algorithms.distributions import action_layout, flat_action_space, is_hybrid_space
+
 
 class POCARolloutBufferSamples(NamedTuple):
     """One minibatch of active transitions with their groupmates at the same step.
@@ -294,13 +296,17 @@ class POCARolloutBuffer(RolloutBuffer):
     ):
         self.share_rewards = share_rewards
         self.normalize_advantage = normalize_advantage
-        self.mask_dim = (
-            int(np.sum(action_space.nvec))
-            if isinstance(action_space, spaces.MultiDiscrete)
-            else int(action_space.n)
-            if isinstance(action_space, spaces.Discrete)
-            else 0
-        )
+        if is_hybrid_space(action_space):  # stored flat, (c + k,), with the branches' masks
+            self.mask_dim = int(sum(action_layout(action_space)[1]))
+            action_space = flat_action_space(action_space)
+        else:
+            self.mask_dim = (
+                int(np.sum(action_space.nvec))
+                if isinstance(action_space, spaces.MultiDiscrete)
+                else int(action_space.n)
+                if isinstance(action_space, spaces.Discrete)
+                else 0
+            )
         super().__init__(buffer_size, observation_space, action_space, device, gae_lambda, gamma, n_envs)
 
     def reset(self) -> None:

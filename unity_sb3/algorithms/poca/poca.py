@@ -16,7 +16,9 @@ step, POCA reads from ``infos[i]``:
   with its last observation and action (see :mod:`.buffers`);
 - ``TimeLimit.truncated`` and ``terminal_observation`` at episode ends.
 Action masks come from ``env_method("action_masks")`` (sb3-contrib's convention) when the env
-has them and the action space is discrete. Targets and losses: see :mod:`.buffers` and
+has them and the action space is discrete or hybrid (a ``Tuple(Box, MultiDiscrete)``, as
+``UnityVecEnv(..., hybrid="tuple")`` gives; its actions go to the env as that Tuple and are stored
+flat, continuous then branch indices). Targets and losses: see :mod:`.buffers` and
 :meth:`POCA.train`.
 """
 
@@ -44,6 +46,7 @@ from stable_baselines3.common.utils import (
 from stable_baselines3.common.vec_env import VecEnv, VecEnvWrapper, VecNormalize
 from torch.nn import functional as F
 
+from unity_sb3.algorithms.distributions import split_hybrid_actions
 from unity_sb3.algorithms.poca.buffers import POCARolloutBuffer
 from unity_sb3.algorithms.poca.policies import CnnPolicy, MlpPolicy, MultiInputPolicy, POCAPolicy
 from unity_sb3.slots import (
@@ -186,7 +189,7 @@ class POCA(OnPolicyAlgorithm):
             seed=seed,
             device=device,
             _init_setup_model=False,
-            supported_action_spaces=(spaces.Box, spaces.Discrete, spaces.MultiDiscrete),
+            supported_action_spaces=(spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.Tuple),
         )
         self.batch_size = batch_size
         self.n_epochs = n_epochs
@@ -358,6 +361,8 @@ class POCA(OnPolicyAlgorithm):
             clipped_actions = actions
             if isinstance(self.action_space, spaces.Box):
                 clipped_actions = np.clip(actions, self.action_space.low, self.action_space.high)
+            elif isinstance(self.action_space, spaces.Tuple):
+                clipped_actions = split_hybrid_actions(actions, self.action_space)
 
             new_obs, rewards, dones, infos = env.step(clipped_actions)
             self.num_timesteps += env.num_envs

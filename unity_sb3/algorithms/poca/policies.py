@@ -2,7 +2,9 @@
 
 The actor is what every agent runs (features extractor -> MLP -> action distribution; discrete
 distributions are sb3-contrib's maskable ones, so action masks are honoured as in
-``MaskablePPO``). The critic has its own features extractor, applied to each group member's
+``MaskablePPO``; a hybrid ``Tuple(Box, MultiDiscrete)`` action space takes
+:class:`~unity_sb3.algorithms.distributions.HybridDistribution`, masks on its branches, and its
+actions are flat ``(c + k,)`` rows inside the policy and the buffer). The critic has its own features extractor, applied to each group member's
 observation separately, feeding :class:`~unity_sb3.algorithms.poca.networks.GroupCriticBody`.
 """
 
@@ -27,6 +29,13 @@ from stable_baselines3.common.torch_layers import (
 from stable_baselines3.common.type_aliases import PyTorchObs, Schedule
 from torch import nn
 
+from unity_sb3.algorithms.distributions import (
+    HybridDistribution,
+    action_layout,
+    flat_action_space,
+    is_hybrid_space,
+    split_hybrid_actions,
+)
 from unity_sb3.algorithms.poca.networks import GroupCriticBody
 
 # Observations with a leading (batch, n_members) shape, as a tensor or a dict of tensors.
@@ -37,7 +46,8 @@ class POCAPolicy(BasePolicy):
     """Shared actor and centralised attention critic for :class:`~unity_sb3.algorithms.poca.POCA`.
 
     :param observation_space: one agent's observation space.
-    :param action_space: one agent's action space (``Box``, ``Discrete`` or ``MultiDiscrete``).
+    :param action_space: one agent's action space (``Box``, ``Discrete``, ``MultiDiscrete`` or the
+        hybrid ``Tuple(Box, MultiDiscrete)``).
     :param lr_schedule: learning rate schedule (progress remaining -> learning rate).
     :param net_arch: hidden layer sizes of the actor MLP (default ``[128, 128]``, ML-Agents' default).
     :param activation_fn: activation of the actor MLP.
@@ -76,10 +86,12 @@ class POCAPolicy(BasePolicy):
     ) -> None:
         if use_sde:
             raise ValueError("POCA does not support gSDE (use_sde=True); use the default Gaussian noise.")
-        if not isinstance(action_space, (spaces.Box, spaces.Discrete, spaces.MultiDiscrete)):
+        if not isinstance(action_space, (spaces.Box, spaces.Discrete, spaces.MultiDiscrete)) and not (
+            is_hybrid_space(action_space)
+        ):
             raise ValueError(
-                f"POCA supports Box, Discrete and MultiDiscrete action spaces, got {action_space}. "
-                "For hybrid Unity actions, build the UnityVecEnv with a single action type."
+                f"POCA supports Box, Discrete, MultiDiscrete and hybrid Tuple(Box, MultiDiscrete) action spaces, "
+                f"got {action_space}. For hybrid Unity actions, build the UnityVecEnv with hybrid='tuple'."
             )
         if optimizer_kwargs is None:
             optimizer_kwargs = {}
@@ -111,7 +123,10 @@ class POCAPolicy(BasePolicy):
         latent_dim = self.net_arch[-1] if self.net_arch else self.features_dim
 
         self.action_dist: Distribution
-        if isinstance(action_space, spaces.Box):
+        if is_hybrid_space(action_space):
+            self.action_dist = HybridDistribution(*action_layout(action_space))
+            self.action_net, self.log_std = self.action_dist.proba_distribution_net(latent_dim, log_std_init)
+        elif isinstance(action_space, spaces.Box):
             self.action_dist = DiagGaussianDistribution(int(np.prod(action_space.shape)))
             self.action_net, self.log_std = self.action_dist.proba_distribution_net(latent_dim, log_std_init)
         else:
@@ -158,7 +173,15 @@ class POCAPolicy(BasePolicy):
             return int(self.action_space.n)
         if isinstance(self.action_space, spaces.MultiDiscrete):
             return int(np.sum(self.action_space.nvec))
+        if is_hybrid_space(self.action_space):
+            c, branches = action_layout(self.action_space)
+            return c + sum(branches)
         return int(np.prod(self.action_space.shape))
+
+    @property
+    def flat_action_shape(self) -> tuple[int, ...]:
+        """Shape of one action inside the policy and the buffer (``(c + k,)`` for hybrid actions)."""
+        return tuple(flat_action_space(self.action_space).shape)  # type: ignore[arg-type]
 
     def get_distribution(
         self, obs: PyTorchObs, action_masks: np.ndarray | th.Tensor | None = None
@@ -172,6 +195,8 @@ class POCAPolicy(BasePolicy):
         features = self.extract_features(obs, self.features_extractor)
         latent = self.actor_net(features)
         logits = self.action_net(latent)
+        if isinstance(self.action_dist, HybridDistribution):
+            return self.action_dist.proba_distribution(logits, self.log_std, action_masks)
         if isinstance(self.action_dist, DiagGaussianDistribution):
             return self.action_dist.proba_distribution(logits, self.log_std)
         assert isinstance(self.action_dist, MaskableDistribution)
@@ -190,7 +215,7 @@ class POCAPolicy(BasePolicy):
         distribution = self.get_distribution(obs, action_masks)
         actions = distribution.get_actions(deterministic=deterministic)
         log_prob = distribution.log_prob(actions)
-        return actions.reshape((-1, *self.action_space.shape)), log_prob
+        return actions.reshape((-1, *self.flat_action_shape)), log_prob
 
     def _predict(
         self, observation: PyTorchObs, deterministic: bool = False, action_masks: np.ndarray | None = None
@@ -210,7 +235,12 @@ class POCAPolicy(BasePolicy):
         obs_tensor, vectorized_env = self.obs_to_tensor(observation)
         with th.no_grad():
             actions = self._predict(obs_tensor, deterministic=deterministic, action_masks=action_masks)
-            actions = actions.cpu().numpy().reshape((-1, *self.action_space.shape))
+            actions = actions.cpu().numpy().reshape((-1, *self.flat_action_shape))
+        if is_hybrid_space(self.action_space):
+            continuous, discrete = split_hybrid_actions(actions, self.action_space)  # type: ignore[arg-type]
+            if not vectorized_env:
+                return (continuous[0], discrete[0]), state  # type: ignore[return-value]
+            return (continuous, discrete), state  # type: ignore[return-value]
         if isinstance(self.action_space, spaces.Box):
             actions = np.clip(actions, self.action_space.low, self.action_space.high)
         if not vectorized_env:
@@ -235,13 +265,20 @@ class POCAPolicy(BasePolicy):
         """
         if isinstance(self.action_space, spaces.Box):
             return actions.float()
+        c = 0
         if isinstance(self.action_space, spaces.Discrete):
             nvec = [int(self.action_space.n)]
-        else:
+        elif isinstance(self.action_space, spaces.MultiDiscrete):
             nvec = [int(n) for n in self.action_space.nvec]
-        branches = actions.long().clamp(min=0)
+        else:  # hybrid: raw continuous values, then one-hot branches
+            c, nvec = action_layout(self.action_space)
+        branches = actions[..., c:].round().long().clamp(min=0)
         return th.cat(
-            [nn.functional.one_hot(branches[..., k].clamp(max=n - 1), n).float() for k, n in enumerate(nvec)],
+            [actions[..., :c].float()]
+            + [
+                nn.functional.one_hot(branches[..., k].clamp(max=n - 1), n).float()
+                for k, n in enumerate(nvec)
+            ],
             dim=-1,
         )
 
