@@ -644,3 +644,40 @@ def test_train_help_names_every_registered_algorithm() -> None:
     train = build_parser()._subparsers._group_actions[0].choices["train"]
     algo_help = next(a.help for a in train._actions if "--algo" in a.option_strings)
     assert [name for name in ALGORITHMS if name not in algo_help] == []
+
+
+def test_eval_pits_a_self_play_model_against_other_players(tmp_path: Path, capsys) -> None:
+    """eval --opponent: random, the scripted player, a checkpoint and a self-play snapshot; win rates."""
+    data = yaml.safe_load(
+        (Path(__file__).parent / "data" / "unity_configs" / "ppo" / "Tennis.yaml").read_text()
+    )
+    tennis = data["behaviors"]["Tennis"]
+    tennis["hyperparameters"].update(batch_size=32, buffer_size=64)
+    tennis["network_settings"]["hidden_units"] = 16
+    tennis["self_play"].update(save_steps=40, team_change=100, swap_steps=20)
+    config = tmp_path / "Tennis.yaml"
+    config.write_text(yaml.safe_dump(data))
+    results = tmp_path / "results"
+    train = [
+        "train",
+        "--config",
+        str(config),
+        "--env",
+        "Tennis",
+        "--results-dir",
+        str(results),
+        "--run-id",
+        "t",
+    ]
+    assert main([*train, "--checkpoint-every", "100", *TINY[:2], *TINY[4:]]) == 0
+    folder = results / "t" / "Tennis"
+    [(_, checkpoint), *_] = list_checkpoints(folder / "checkpoints")
+    for opponent in ("expert", str(checkpoint), f"{folder / 'selfplay.pt'}#0"):
+        capsys.readouterr()
+        assert main(["eval", str(folder), "--opponent", opponent, "--episodes", "4", "--team", "1"]) == 0
+        line = capsys.readouterr().out.strip().splitlines()[-1]
+        assert f"vs {opponent} on Tennis: team 1: " in line and "in 4 games (win rate " in line
+    with pytest.raises(ValueError, match="give one behavior's folder"):
+        main(["eval", str(results / "t"), "--opponent", "random"])
+    with pytest.raises(ValueError, match="plays teams \\[0, 1\\]"):
+        main(["eval", str(folder), "--opponent", "random", "--team", "2"])

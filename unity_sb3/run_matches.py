@@ -36,6 +36,7 @@ def _model_and_folder(path: str | Path) -> tuple[Path, Path]:
     """``(model zip, its behavior folder)`` of a model file, a checkpoint or a behavior folder."""
     path = Path(path)
     if path.is_dir():
+        _saved_config(path)  # a run of several behaviors: says which folders hold models
         path = path / MODEL_FILE
     if not path.is_file():
         raise FileNotFoundError(
