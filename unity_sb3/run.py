@@ -130,6 +130,10 @@ def unity_open_kwargs(config: RunConfig) -> dict[str, Any]:
     return open_kwargs
 
 
+#: algorithms that take a hybrid behavior's ``Tuple(Box, MultiDiscrete)`` actions
+HYBRID_ALGOS = ("ppo", "poca", "sac")
+
+
 def make_vec_env(config: RunConfig, monitor_file: str | Path | None = None):
     """Open the run's Unity instances as one ``UnityVecEnv`` (wrapped in VecMonitor)."""
     from stable_baselines3.common.vec_env import VecMonitor
@@ -141,6 +145,8 @@ def make_vec_env(config: RunConfig, monitor_file: str | Path | None = None):
     env = UnityVecEnv(
         targets,
         behavior_name=config.behavior,
+        # the project's PPO, POCA and SAC train hybrid behaviors as hybrid; others get SB3's Box
+        hybrid="tuple" if config.algo in HYBRID_ALGOS else "box",
         open_kwargs=open_kwargs,
         restart_on_crash=config.restart_on_crash,
         max_restarts=config.max_restarts,
