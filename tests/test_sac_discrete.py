@@ -242,6 +242,27 @@ def test_save_load_keeps_policy_signals_and_entropy_coefficients(tmp_path, basic
     env.close()
 
 
+def test_onnx_export_gives_unitys_discrete_outputs_with_masks_as_predict(tmp_path):
+    from unity_sb3.export import check_onnx, to_onnx
+    from unity_sb3.export.runtime import run_onnx
+
+    env = grid_env()
+    model = grid_model(env)
+    model.learn(40)
+    spec = env.spaces.spec
+    path = to_onnx(model, tmp_path / "grid.onnx", behavior_spec=spec, verify=True)
+    assert check_onnx(path, spec) == []
+    scene = make_scene("GridWorld", seed=5, **TINY_GRID)
+    scene.reset()
+    steps, _ = scene.get_steps(next(iter(scene.behavior_specs)))
+    masks = ~np.concatenate(steps.action_mask, axis=1)
+    actions = run_onnx(path, list(steps.obs), action_masks=masks)
+    obs = env.spaces.observations(list(steps.obs))
+    expected, _ = model.predict(obs, deterministic=True, action_masks=masks)
+    np.testing.assert_array_equal(actions["deterministic_discrete_actions"].reshape(-1), expected)
+    env.close()
+
+
 # ---------------------------------------------------------------------------------- the command
 def test_unity_gridworld_sac_config_trains_from_the_command_line(tmp_path):
     from unity_sb3.cli import main

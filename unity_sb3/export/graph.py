@@ -131,7 +131,8 @@ class ActorHead(nn.Module):
 
     :param policy: the SB3 policy.
     :param kind: ``"actor_critic"`` (PPO, A2C, TRPO, MaskablePPO, RecurrentPPO), ``"poca"``,
-        ``"squashed"`` (SAC, TQC), ``"deterministic"`` (TD3, DDPG) or ``"q"`` (DQN).
+        ``"squashed"`` (SAC, TQC), ``"branched"`` (the project's SAC with discrete actions: its
+        per-branch logits), ``"deterministic"`` (TD3, DDPG) or ``"q"`` (DQN).
     """
 
     def __init__(self, policy: BasePolicy, kind: str) -> None:
@@ -180,6 +181,12 @@ class ActorHead(nn.Module):
         elif self.kind == "squashed":
             mean, _, _ = policy.actor.get_action_dist_params(obs)
             out, squash = th.tanh(mean), True
+        elif self.kind == "branched":
+            actor = policy.actor
+            out, squash = (
+                actor.logits(actor.latent_pi(actor.extract_features(obs, actor.features_extractor))),
+                False,
+            )
         elif self.kind == "deterministic":
             out, squash = policy.actor(obs), True
         else:  # "q": Q-values play the role of logits
@@ -212,6 +219,8 @@ def head_kind(policy: BasePolicy) -> str:
     actor = getattr(policy, "actor", None)
     if actor is not None and hasattr(actor, "get_action_dist_params"):
         return "squashed"
+    if actor is not None and hasattr(actor, "logits") and not getattr(actor, "continuous_size", 1):
+        return "branched"
     if actor is not None and hasattr(actor, "mu"):
         return "deterministic"
     if hasattr(policy, "q_net") and not hasattr(policy, "quantile_net"):
