@@ -647,7 +647,7 @@ def test_train_help_names_every_registered_algorithm() -> None:
 
 
 def test_eval_pits_a_self_play_model_against_other_players(tmp_path: Path, capsys) -> None:
-    """eval --opponent: random, the scripted player, a checkpoint and a self-play snapshot; win rates."""
+    """eval --opponent: the scripted player, a checkpoint and a self-play snapshot; win rates."""
     data = yaml.safe_load(
         (Path(__file__).parent / "data" / "unity_configs" / "ppo" / "Tennis.yaml").read_text()
     )
