@@ -21,6 +21,7 @@ import torch as th
 from gymnasium import spaces
 from stable_baselines3.common.distributions import DiagGaussianDistribution
 from stable_baselines3.common.preprocessing import get_action_dim
+from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 from torch import nn
 from torch.distributions import Categorical
 
@@ -75,6 +76,19 @@ def split_hybrid_actions(actions: np.ndarray, action_space: spaces.Tuple) -> tup
     continuous = np.clip(actions[:, :c], box.low.reshape(-1), box.high.reshape(-1)).astype(np.float32)
     discrete = np.rint(actions[:, c:]).astype(np.int64)
     return continuous.reshape(-1, *box.shape), discrete
+
+
+def hybrid_env_actions(actions: np.ndarray, action_space: spaces.Tuple, env: Any) -> Any:
+    """Flat hybrid actions ``(n, c + k)`` in the batch format ``env.step`` takes.
+
+    A Unity env (``UnityVecEnv``) takes the Tuple space's batch ``((n, c), (n, k))``; SB3's
+    ``DummyVecEnv`` / ``SubprocVecEnv`` hand ``actions[i]`` to env ``i``, so they get a list of
+    ``n`` per-env tuples ``((c,), (k,))``.
+    """
+    continuous, discrete = split_hybrid_actions(actions, action_space)
+    if isinstance(getattr(env, "unwrapped", env), (DummyVecEnv, SubprocVecEnv)):
+        return [(continuous[i], discrete[i]) for i in range(len(continuous))]
+    return continuous, discrete
 
 
 def join_hybrid_actions(actions: Any) -> np.ndarray:

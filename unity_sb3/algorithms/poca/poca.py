@@ -46,7 +46,7 @@ from stable_baselines3.common.utils import (
 from stable_baselines3.common.vec_env import VecEnv, VecEnvWrapper, VecNormalize
 from torch.nn import functional as F
 
-from unity_sb3.algorithms.distributions import split_hybrid_actions
+from unity_sb3.algorithms.distributions import hybrid_env_actions
 from unity_sb3.algorithms.poca.buffers import POCARolloutBuffer
 from unity_sb3.algorithms.poca.policies import CnnPolicy, MlpPolicy, MultiInputPolicy, POCAPolicy
 from unity_sb3.slots import (
@@ -362,7 +362,7 @@ class POCA(OnPolicyAlgorithm):
             if isinstance(self.action_space, spaces.Box):
                 clipped_actions = np.clip(actions, self.action_space.low, self.action_space.high)
             elif isinstance(self.action_space, spaces.Tuple):
-                clipped_actions = split_hybrid_actions(actions, self.action_space)
+                clipped_actions = hybrid_env_actions(actions, self.action_space, env)
 
             new_obs, rewards, dones, infos = env.step(clipped_actions)
             self.num_timesteps += env.num_envs

@@ -20,7 +20,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.utils import obs_as_tensor
 from stable_baselines3.common.vec_env import VecEnv
 
-from unity_sb3.algorithms.distributions import is_hybrid_space, split_hybrid_actions
+from unity_sb3.algorithms.distributions import hybrid_env_actions, is_hybrid_space
 from unity_sb3.algorithms.ppo.buffers import (
     REWARD_CHUNK,
     SignalRolloutBuffer,
@@ -96,7 +96,7 @@ class SignalRolloutsMixin:
             actions = actions.cpu().numpy()
             clipped_actions = actions
             if hybrid:
-                clipped_actions = split_hybrid_actions(actions, self.action_space)
+                clipped_actions = hybrid_env_actions(actions, self.action_space, env)
             elif isinstance(self.action_space, spaces.Box):
                 if self.policy.squash_output:
                     clipped_actions = self.policy.unscale_action(clipped_actions)
