@@ -14,6 +14,7 @@ from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.preprocessing import preprocess_obs
 from torch import nn
 
+from unity_sb3.algorithms.distributions import is_hybrid_space
 from unity_sb3.export.names import (
     ACTION_MASKS,
     CONTINUOUS_ACTION_SHAPE,
@@ -237,6 +238,8 @@ class UnityPolicyGraph(nn.Module):
     def __init__(
         self, adapter: ObservationAdapter, head: ActorHead, spec: BehaviorSpec, hybrid_box: bool
     ) -> None:
+        """``hybrid_box``: the policy acts in UnityVecEnv's hybrid ``"box"`` layout. A hybrid
+        ``Tuple(Box, MultiDiscrete)`` policy's head gives the ``c`` means, then every branch's logits."""
         super().__init__()
         self.adapter = adapter
         self.head = head
@@ -244,6 +247,7 @@ class UnityPolicyGraph(nn.Module):
         self.continuous_size = int(spec.action_spec.continuous_size)
         self.branches = [int(b) for b in spec.action_spec.discrete_branches]
         self.hybrid_box = hybrid_box
+        self.hybrid_tuple = is_hybrid_space(head.policy.action_space)
         self.has_masks = bool(self.branches)
         self.memory = head.memory_size
         # constants as Unity reads them; shapes follow ML-Agents' exporter
@@ -297,6 +301,10 @@ class UnityPolicyGraph(nn.Module):
         if self.hybrid_box:
             continuous = th.clamp(out[:, : self.continuous_size], -1.0, 1.0)
             discrete = self._discrete_from_box(out[:, self.continuous_size :])
+        elif self.hybrid_tuple:
+            assert masks is not None
+            continuous = th.clamp(out[:, : self.continuous_size], -1.0, 1.0)
+            discrete = self._discrete_from_logits(out[:, self.continuous_size :], masks)
         elif self.continuous_size:
             continuous = th.clamp(out, -1.0, 1.0)
         else:

@@ -13,6 +13,7 @@ from mlagents_envs.base_env import ActionTuple, BehaviorSpec
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.policies import BasePolicy
 
+from unity_sb3.algorithms.distributions import is_hybrid_space
 from unity_sb3.export.names import (
     ACTION_MASKS,
     CONSTANT_OUTPUTS,
@@ -255,7 +256,9 @@ def predict_unity_actions(
     policy = policy_of(model)
     spec = behavior_spec or infer_behavior_spec(policy.observation_space, policy.action_space)
     routes, mode = plan_observations(spec, policy.observation_space)
-    behavior = behavior_spaces_for(spec, routes, mode)
+    behavior = behavior_spaces_for(
+        spec, routes, mode, "tuple" if is_hybrid_space(policy.action_space) else "box"
+    )
     unity_obs = []
     for obs, obs_spec in zip(observations, spec.observation_specs):
         obs = np.asarray(obs, dtype=np.float32)

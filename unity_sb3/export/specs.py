@@ -19,6 +19,7 @@ from mlagents_envs.base_env import (
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.policies import BasePolicy
 
+from unity_sb3.algorithms.distributions import action_layout, is_hybrid_space
 from unity_sb3.spaces import BehaviorSpaces, is_visual, observation_keys
 from unity_sb3.unity.compat import channel_axis
 
@@ -75,8 +76,13 @@ def infer_behavior_spec(observation_space: spaces.Space, action_space: spaces.Sp
         action_spec = ActionSpec(0, (int(action_space.n),))
     elif isinstance(action_space, spaces.MultiDiscrete):
         action_spec = ActionSpec(0, tuple(int(n) for n in np.ravel(action_space.nvec)))
+    elif is_hybrid_space(action_space):
+        c, branches = action_layout(action_space)
+        action_spec = ActionSpec(c, tuple(branches))
     else:
-        raise ValueError(f"Unity actions are Box, Discrete or MultiDiscrete spaces, got {action_space}")
+        raise ValueError(
+            f"Unity actions are Box, Discrete, MultiDiscrete or hybrid Tuple(Box, MultiDiscrete) spaces, got {action_space}"
+        )
     return BehaviorSpec(obs_specs, action_spec)
 
 
@@ -180,7 +186,8 @@ def plan_observations(spec: BehaviorSpec, space: spaces.Space) -> tuple[list[Obs
 
 
 def check_actions(spec: BehaviorSpec, space: spaces.Space) -> bool:
-    """Validate the policy's action space against the behavior's; True for a hybrid ``"box"`` policy."""
+    """Validate the policy's action space against the behavior's; True for a hybrid ``"box"`` policy
+    (False for a hybrid ``Tuple(Box, MultiDiscrete)`` one, whose head gives means then logits)."""
     c = int(spec.action_spec.continuous_size)
     branches = tuple(int(b) for b in spec.action_spec.discrete_branches)
     if not c and not branches:
@@ -190,10 +197,18 @@ def check_actions(spec: BehaviorSpec, space: spaces.Space) -> bool:
         )
     hint = "pass the behavior_spec the model was trained on"
     if c and branches:
+        if is_hybrid_space(space):
+            if action_layout(space) != (c, list(branches)):
+                raise ValueError(
+                    f"the behavior is hybrid ({c} continuous, branches {branches}) but the policy's space is {space}; "
+                    f"{hint}"
+                )
+            return False
         if not isinstance(space, spaces.Box) or tuple(space.shape) != (c + len(branches),):
             raise ValueError(
                 f"the behavior is hybrid ({c} continuous, branches {branches}): the policy's action space must "
-                f"be Box({c + len(branches)},) as UnityVecEnv's 'box' mode gives, got {space}; {hint}"
+                f"be Box({c + len(branches)},) as UnityVecEnv's 'box' mode gives, or Tuple(Box({c},), "
+                f"MultiDiscrete({list(branches)})) as its 'tuple' mode gives, got {space}; {hint}"
             )
         return True
     if c:
@@ -215,7 +230,9 @@ def check_actions(spec: BehaviorSpec, space: spaces.Space) -> bool:
     return False
 
 
-def behavior_spaces_for(spec: BehaviorSpec, routes: list[ObsRoute], mode: str) -> BehaviorSpaces:
+def behavior_spaces_for(
+    spec: BehaviorSpec, routes: list[ObsRoute], mode: str, hybrid: str = "box"
+) -> BehaviorSpaces:
     visual = [r for r in routes if r.visual]
     uint8 = visual[0].uint8 if visual else True
     hwc = visual[0].channels_last if visual else False
@@ -224,7 +241,7 @@ def behavior_spaces_for(spec: BehaviorSpec, routes: list[ObsRoute], mode: str) -
             "the policy mixes visual formats; BehaviorSpaces uses one for all visual observations"
         )
     mode_name = ("uint8" if uint8 else "float") + ("_hwc" if hwc else "")
-    return BehaviorSpaces(spec, visual=mode_name, flatten=mode == "flat", hybrid="box")  # type: ignore[arg-type]
+    return BehaviorSpaces(spec, visual=mode_name, flatten=mode == "flat", hybrid=hybrid)  # type: ignore[arg-type]
 
 
 def policy_of(model: BaseAlgorithm | BasePolicy) -> BasePolicy:

@@ -242,6 +242,27 @@ class PPO(SignalsAndBCMixin, SignalRolloutsMixin, SB3PPO, _OpenActionSpaces):
             )
         self._setup_bc()
 
+    def predict(  # type: ignore[override]
+        self,
+        observation: np.ndarray | dict[str, np.ndarray],
+        state: tuple[np.ndarray, ...] | None = None,
+        episode_start: np.ndarray | None = None,
+        deterministic: bool = False,
+        action_masks: np.ndarray | None = None,
+    ) -> tuple[Any, tuple[np.ndarray, ...] | None]:
+        """SB3's ``predict``; ``action_masks`` (``(n, sum(branches))``, True = allowed) mask a hybrid
+        policy's branches (a policy without branches takes only None or all-allowed masks)."""
+        if isinstance(self.policy, HybridActorCriticPolicy):
+            return self.policy.predict(
+                observation, state, episode_start, deterministic, action_masks=action_masks
+            )
+        if action_masks is not None and not np.all(action_masks):
+            raise ValueError(
+                f"{type(self.policy).__name__} has no discrete branches to mask; pass action_masks=None "
+                "(MaskablePPO takes masks for Discrete and MultiDiscrete actions)."
+            )
+        return super().predict(observation, state, episode_start, deterministic)
+
     def train(self) -> None:
         if self.ent_coef_schedule is not None:
             self.ent_coef = float(self.ent_coef_schedule(self._current_progress_remaining))
