@@ -200,3 +200,22 @@ def test_self_play_sections_resolve_per_behavior() -> None:
     assert self_play_for({}, "Tennis").save_steps == 20000  # an empty section: ML-Agents' defaults
     with pytest.raises(SelfPlayConfigError, match=r"self_play.Striker"):
         self_play_for({"Striker": {"swap_step": 4}}, "Striker")
+
+
+def test_a_crash_in_one_learner_stops_every_behavior_and_names_it(tmp_path: Path, monkeypatch) -> None:
+    from unity_sb3 import POCA
+
+    config = shrunk(
+        UNITY_CONFIGS / "poca" / "StrikersVsGoalie.yaml",
+        tmp_path / "svg.yaml",
+        self_play=False,
+        trainer_type={"Goalie": "ppo"},
+    )
+
+    def boom(self) -> None:
+        raise RuntimeError("boom in the update")
+
+    monkeypatch.setattr(POCA, "train", boom)  # the strikers' learner crashes at its first update
+    with pytest.raises(RuntimeError, match="boom in the update") as error:
+        main(train_args(tmp_path, config, "StrikersVsGoalie"))
+    assert any("'Striker'" in note for note in getattr(error.value, "__notes__", []))
