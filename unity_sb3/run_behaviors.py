@@ -107,8 +107,8 @@ def _scene_base_names(env: str) -> list[str] | None:
 def _default_algo(args: argparse.Namespace) -> None:
     """``--algo`` left out on an embedded scene without an ML-Agents YAML: the algorithm whose shipped
     file has the scene, PPO first (``--env SoccerTwos`` trains POCA, as Unity's config does)."""
-    if args.algo is not None or args.config is not None or args.env is None or args.resume:
-        return
+    if args.algo is not None or args.config is not None or args.env is None or (args.resume and args.run_id):
+        return  # (resuming a named run: its config.yaml names the algorithm)
     for algo in ("ppo", *sorted(p.stem for p in HYPERPARAMS_DIR.glob("*.yml") if p.stem != "ppo")):
         shipped = HYPERPARAMS_DIR / f"{algo}.yml"
         if shipped.is_file() and gym_id(args.env) in (yaml.safe_load(shipped.read_text()) or {}):
