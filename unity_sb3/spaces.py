@@ -9,7 +9,8 @@ Observations (DESIGN 4.1):
   code that applies SB3's ``VecTransposeImage`` itself);
 - a 2-D variable-length observation (a ``BufferSensor``: ``(max_entities, features)``) ->
   ``Box(float32)`` of that shape; Unity zero-pads the unused rows, so a row of zeros means "no
-  entity". SB3's MLP flattens it; POCA-style attention can read it as entities;
+  entity". :class:`unity_sb3.networks.extractors.UnityMultiInputExtractor` reads it as entities
+  with ML-Agents' attention (SB3's own extractors flatten it);
 - a goal-signal observation is an ordinary ``Box`` under its own key;
 - several specs -> a ``Dict`` keyed by each spec's name (``obs_i`` when unnamed or repeated),
   or one flat ``Box`` when all specs are 1-D and ``flatten=True``.
