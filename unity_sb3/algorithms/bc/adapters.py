@@ -19,6 +19,10 @@ Loss per sample (``loss="auto"`` picks the first):
   it leaves the exploration noise (``log_std``) alone, so RL fine-tuning still explores.
   ``"nll"`` maximises the Gaussian (or squashed Gaussian) log-likelihood instead, which also
   shrinks ``log_std`` towards the expert's own spread (close to zero for a scripted expert).
+- hybrid actions (``Tuple(Box, MultiDiscrete)``, stored flat as continuous values then branch
+  indices): ``"mse"`` (the default for PPO's hybrid policy) is ML-Agents' hybrid BC loss, the
+  squared error of the Gaussian mean plus the cross-entropy of every branch; ``"nll"`` the whole
+  log-likelihood (the default for the project's SAC, whose squashed Gaussian has no closed mode loss here).
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ import numpy as np
 import torch as th
 from gymnasium import spaces
 from stable_baselines3.common.utils import obs_as_tensor
+
+from unity_sb3.algorithms.distributions import HybridDistribution, is_hybrid_space
 
 LossKind = Literal["auto", "nll", "mse"]
 LOSS_KINDS = ("auto", "nll", "mse")
@@ -67,6 +73,8 @@ class PolicyAdapter:
     """Base adapter: actor loss and critic values of a model, per sample."""
 
     recurrent = False
+    #: hybrid actions: whether ``"mse"`` (mean squared error + branches' cross-entropy) is the default
+    hybrid_mse = True
 
     def __init__(self, model: Any, loss: LossKind = "auto") -> None:
         if loss not in LOSS_KINDS:
@@ -76,8 +84,9 @@ class PolicyAdapter:
         self.device = model.device
         self.action_space: spaces.Space = model.action_space
         self.continuous = isinstance(self.action_space, spaces.Box)
-        self.loss = ("mse" if self.continuous else "nll") if loss == "auto" else loss
-        if self.loss == "mse" and not self.continuous:
+        self.hybrid = is_hybrid_space(self.action_space) and self.hybrid_mse
+        self.loss = ("mse" if self.continuous or self.hybrid else "nll") if loss == "auto" else loss
+        if self.loss == "mse" and not (self.continuous or self.hybrid):
             raise ValueError(
                 f"loss='mse' is for continuous (Box) actions; the model's action space is {self.action_space}. "
                 "Use loss='nll' (cross-entropy) or 'auto'."
@@ -145,6 +154,10 @@ class PolicyAdapter:
         """Copy trained networks into their target networks (off-policy algorithms)."""
 
     def _distribution_loss(self, distribution: Any, actions: th.Tensor) -> th.Tensor:
+        if self.loss == "mse" and isinstance(distribution, HybridDistribution):
+            c = distribution.continuous_dim
+            squared = ((distribution.mode()[:, :c] - actions[:, :c]) ** 2).mean(dim=1)
+            return squared - distribution.discrete_log_probs(actions[:, c:]).sum(dim=1)
         if self.loss == "nll":
             return -distribution.log_prob(actions).reshape(len(actions), -1).sum(dim=1)
         mode = distribution.mode()
@@ -224,6 +237,8 @@ class RecurrentAdapter(PolicyAdapter):
 
 class SACAdapter(PolicyAdapter):
     """Stochastic squashed-Gaussian actors with twin critics (SAC and relatives)."""
+
+    hybrid_mse = False
 
     def actor_modules(self) -> list[th.nn.Module]:
         return [self.model.actor]

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
+from unity_sb3.algorithms.distributions import action_layout, is_hybrid_space
 from unity_sb3.demos.reader import Demonstration, DemoSpecError, check_demo_spec, load_demo
 
 __all__ = ["BCData", "DemoSource", "bc_data", "find_behavior_spaces"]
@@ -39,7 +40,8 @@ class BCData:
 
     :param observations: ``(M, *obs_shape)`` array, or a dict of those for a ``Dict`` space.
     :param actions: ``(M, *action_shape)`` in the model's action space: float32 for ``Box``,
-        int64 ``(M,)`` for ``Discrete``, int64 ``(M, branches)`` for ``MultiDiscrete``.
+        int64 ``(M,)`` for ``Discrete``, int64 ``(M, branches)`` for ``MultiDiscrete``, float32
+        ``(M, c + k)`` (continuous values, then branch indices) for a hybrid ``Tuple(Box, MultiDiscrete)``.
     :param action_masks: ``(M, sum(branches))`` bool, True = allowed, or None.
     :param rewards: ``(M,)`` float32 reward after each action, or None when unknown.
     :param trajectory: ``(M,)`` int64 index of the trajectory each transition belongs to;
@@ -368,11 +370,43 @@ def _check_obs(obs: Any, space: spaces.Space, name: str) -> Any:
     return array.astype(space.dtype, copy=False)
 
 
+def _check_hybrid_actions(acts: Any, space: spaces.Tuple, m: int | None) -> np.ndarray:
+    """Hybrid actions, ``(continuous (M, c), discrete (M, k))`` or flat ``(M, c + k)`` -> flat float32 ``(M, c + k)``."""
+    c, branches = action_layout(space)
+    if isinstance(acts, Mapping):
+        acts = (acts.get("continuous"), acts.get("discrete"))
+    if isinstance(acts, (tuple, list)) and len(acts) == 2:
+        n = len(np.asarray(acts[0])) if m is None else m
+        try:
+            continuous = np.asarray(acts[0], dtype=np.float32).reshape(n, c)
+            discrete = np.asarray(acts[1]).reshape(n, len(branches))
+        except ValueError:
+            raise ValueError(
+                f"hybrid actions need continuous (M, {c}) and discrete (M, {len(branches)}) parts; got shapes "
+                f"{np.shape(acts[0])} and {np.shape(acts[1])}"
+            ) from None
+    else:
+        flat = np.asarray(acts, dtype=np.float32)
+        n = len(flat) if m is None else m
+        if flat.size != n * (c + len(branches)):
+            raise ValueError(
+                f"hybrid actions have shape {flat.shape}; the model's action space {space} needs "
+                f"({n}, {c + len(branches)}) (continuous then branch indices) or a (continuous, discrete) pair"
+            )
+        flat = flat.reshape(n, c + len(branches))
+        continuous, discrete = flat[:, :c], flat[:, c:]
+    discrete = _check_actions(discrete, spaces.MultiDiscrete(branches), n)
+    return np.concatenate([continuous, discrete.astype(np.float32)], axis=1)
+
+
 def _check_actions(acts: Any, space: spaces.Space, m: int | None = None) -> np.ndarray:
+    if is_hybrid_space(space):
+        return _check_hybrid_actions(acts, space, m)  # type: ignore[arg-type]
     if isinstance(space, (spaces.Dict, spaces.Tuple)):
         raise DemoSpecError(
-            f"imitation (BC, GAIL) needs a Box, Discrete, MultiDiscrete or MultiBinary action space; the model has "
-            f"{space}. For hybrid Unity actions use UnityVecEnv's default hybrid='box'."
+            f"imitation (BC, GAIL) needs a Box, Discrete, MultiDiscrete, MultiBinary or hybrid "
+            f"Tuple(Box, MultiDiscrete) action space; the model has {space}. For hybrid Unity actions use "
+            "UnityVecEnv's hybrid='tuple' (the project's PPO, SAC) or 'box'."
         )
     array = np.asarray(acts)
     m = len(array) if m is None else m
