@@ -169,9 +169,17 @@ def test_a_policy_that_has_trained_can_be_frozen(action):
     spaces = behavior_spaces(action)
     policy = policy_for(ActorCriticPolicy, spaces)
     obs = th.as_tensor(spaces.observations(steps(spaces, 4).obs))
-    _, log_prob, _ = policy.evaluate_actions(obs, th.as_tensor(np.zeros((4, *spaces.action_space.shape))))
-    log_prob.sum().backward()
+    policy.get_distribution(obs).log_prob(th.zeros((4, *spaces.action_space.shape))).sum().backward()
     ghost = GhostPolicy(policy, spaces, deterministic=True)
     actions = ghost("b", steps(spaces, 3))
     assert len(actions.continuous if action.continuous_size else actions.discrete) == 3
-    assert policy.action_dist.distribution is not None  # the learner's own policy is left as it was
+
+
+def test_a_poca_policy_that_has_trained_can_be_frozen():
+    # POCA keeps one distribution per branch on the policy (action_dist.distributions)
+    spaces = behavior_spaces(ActionSpec.create_discrete((3, 3)))
+    policy = policy_for(POCAPolicy, spaces)
+    obs = th.as_tensor(spaces.observations(steps(spaces, 4).obs))
+    policy.get_distribution(obs).log_prob(th.zeros((4, 2))).sum().backward()
+    actions = GhostPolicy(policy, spaces, deterministic=True)("b", steps(spaces, 3))
+    assert actions.discrete.shape == (3, 2)

@@ -191,18 +191,33 @@ class GhostPolicy:
 
 def _frozen_copy(policy: BasePolicy) -> BasePolicy:
     """``copy.deepcopy(policy)`` for a policy that has trained: SB3 keeps the last action distribution
-    on the policy (``action_dist.distribution``), and after a training step its tensors belong to an
-    autograd graph, which ``deepcopy`` refuses. The copy is made without it (the next forward pass
-    makes a new one); the policy itself keeps it."""
-    action_dist = getattr(policy, "action_dist", None)
-    last = getattr(action_dist, "distribution", None)
-    if last is None:
-        return copy.deepcopy(policy)
-    action_dist.distribution = None
-    try:
-        return copy.deepcopy(policy)
-    finally:
-        action_dist.distribution = last
+    on the policy (``action_dist``), and after a training step its tensors belong to an autograd
+    graph, which ``deepcopy`` refuses. Those tensors are copied detached (the next forward pass
+    replaces them anyway); the policy itself is left as it is."""
+    memo: dict[int, Any] = {id(t): t.detach().clone() for t in _graph_tensors(policy)}
+    return copy.deepcopy(policy, memo)
+
+
+def _graph_tensors(root: Any) -> list[th.Tensor]:
+    """The tensors reachable from ``root``'s attributes that are not leaves of an autograd graph."""
+    found: list[th.Tensor] = []
+    seen: set[int] = set()
+    stack = [root]
+    while stack:
+        obj = stack.pop()
+        if id(obj) in seen or isinstance(obj, (type, str, bytes, int, float, bool)) or obj is None:
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, th.Tensor):
+            if not obj.is_leaf:
+                found.append(obj)
+        elif isinstance(obj, Mapping):
+            stack.extend(obj.values())
+        elif isinstance(obj, (list, tuple, set)):
+            stack.extend(obj)
+        elif hasattr(obj, "__dict__"):
+            stack.extend(vars(obj).values())
+    return found
 
 
 def _read_normalizer(stats: Mapping[str, th.Tensor]) -> dict[str, Any]:
