@@ -219,3 +219,19 @@ def test_a_crash_in_one_learner_stops_every_behavior_and_names_it(tmp_path: Path
     with pytest.raises(RuntimeError, match="boom in the update") as error:
         main(train_args(tmp_path, config, "StrikersVsGoalie"))
     assert any("'Striker'" in note for note in getattr(error.value, "__notes__", []))
+
+
+def test_resume_falls_back_to_a_checkpoint_with_its_own_self_play_state(tmp_path: Path, capsys) -> None:
+    config = shrunk(UNITY_CONFIGS / "ppo" / "Tennis.yaml", tmp_path / "tennis.yaml")
+    assert main(train_args(tmp_path, config, "Tennis")) == 0
+    folder = tmp_path / "results" / "run" / "Tennis"
+    (folder / "model.zip").write_bytes(b"a partial copy")
+    steps, checkpoint = list_checkpoints(folder / "checkpoints")[-1]
+    capsys.readouterr()
+    resumed = train_args(tmp_path, config, "Tennis", "--resume")
+    resumed[resumed.index("200")] = "300"
+    with pytest.warns(UserWarning, match="skipping"):
+        assert main(resumed) == 0
+    out = capsys.readouterr().out
+    assert f"resuming from {checkpoint} at {steps} steps" in out
+    assert f"(from {checkpoint.with_name(checkpoint.stem + '.selfplay.pt')})" in out
