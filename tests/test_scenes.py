@@ -39,6 +39,7 @@ BEHAVIORS = {
     "PyramidsLite": "Pyramids?team=0",
     "Basic": "Basic?team=0",
     "Sorter": "Sorter?team=0",
+    "HybridLine": "HybridLine?team=0",
 }
 # small but representative settings per scene, to keep the file fast
 SMALL = {
@@ -48,6 +49,7 @@ SMALL = {
     "PyramidsLite": {"num_agents": 3, "max_steps": 60, "room_size": 7},
     "Basic": {"num_agents": 3},
     "Sorter": {"num_agents": 3},
+    "HybridLine": {"num_agents": 3},
 }
 # scenes without randomness (every episode starts the same, whatever the seed)
 DETERMINISTIC = {"Basic"}
@@ -229,10 +231,11 @@ def test_discrete_actions_out_of_range_are_refused(name):
     env = make_scene(name, **SMALL[name])
     env.reset()
     n = len(env.get_steps(behavior)[0])
-    branches = env.behavior_specs[behavior].action_spec.discrete_size
-    bad = np.full((n, branches), 99, dtype=np.int32)
+    action_spec = env.behavior_specs[behavior].action_spec
+    bad = np.full((n, action_spec.discrete_size), 99, dtype=np.int32)
+    continuous = np.zeros((n, action_spec.continuous_size), dtype=np.float32)  # hybrid scenes
     with pytest.raises(UnityActionException, match=r"\[0, branch size\)"):
-        env.set_actions(behavior, ActionTuple(discrete=bad))
+        env.set_actions(behavior, ActionTuple(continuous=continuous, discrete=bad))
 
 
 @pytest.mark.parametrize("name", SCENES)
@@ -315,6 +318,7 @@ EXPERT_VS_RANDOM = {
     "PyramidsLite": (1.5, 0.5),
     "Basic": (0.9, 0.3),
     "Sorter": (1.5, 0.0),
+    "HybridLine": (1.0, 0.3),
 }
 STAT_KEYS = {
     "Ball3D": "Environment/BallMass",
@@ -334,6 +338,7 @@ def test_expert_beats_random(name):
         "PyramidsLite": 500,
         "Basic": 300,
         "Sorter": 300,
+        "HybridLine": 300,
     }[name]
     params = {"Ball3D": {"num_agents": 4}, "Escape": {"num_agents": 12}}.get(name, {})
     expert = episode_returns(make_scene(name, seed=1, **params), behavior, "expert", budget)
