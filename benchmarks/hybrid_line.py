@@ -21,12 +21,12 @@ from stable_baselines3.common.vec_env import VecMonitor
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import print_table, write_results  # noqa: E402
+from _common import print_table, write_results
 
-from unity_sb3.algorithms.poca import POCA  # noqa: E402
-from unity_sb3.algorithms.ppo.ppo import PPO  # noqa: E402
-from unity_sb3.scenes import make_scene  # noqa: E402
-from unity_sb3.wrappers.vec_env import UnityVecEnv  # noqa: E402
+from unity_sb3.algorithms.poca import POCA
+from unity_sb3.algorithms.ppo.ppo import PPO
+from unity_sb3.scenes import make_scene
+from unity_sb3.wrappers.vec_env import UnityVecEnv
 
 THRESHOLD = 0.9
 KWARGS = dict(n_steps=128, batch_size=64, n_epochs=3, learning_rate=1e-3, gamma=0.99, gae_lambda=0.95)
