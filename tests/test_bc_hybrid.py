@@ -105,3 +105,14 @@ def test_hybrid_actions_of_the_wrong_shape_are_refused():
     data = bc_data(model, {"observations": obs, "actions": (np.zeros((4, 1)), np.ones((4, 1)))})
     np.testing.assert_array_equal(data.actions, [[0.0, 1.0]] * 4)
     env.close()
+
+
+def test_sac_with_hybrid_actions_clones_with_the_log_likelihood(hybrid_line_demo):
+    from unity_sb3 import SAC
+
+    env = UnityVecEnv(make_scene("HybridLine", seed=0, num_agents=2), hybrid="tuple")
+    model = SAC("MlpPolicy", env, buffer_size=64, seed=0, device="cpu", policy_kwargs=dict(net_arch=[32]))
+    assert make_adapter(model).loss == "nll"
+    history = pretrain_bc(model, hybrid_line_demo, epochs=8, batch_size=32, validation_split=0.0, seed=0)
+    assert history["loss"][-1] < history["loss"][0]
+    env.close()
