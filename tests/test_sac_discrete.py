@@ -304,7 +304,9 @@ def test_basic_learns_to_walk_to_the_large_goal(seed):
         ent_coef="auto_0.01",  # Unity's config/sac/Basic.yaml init_entcoef
         policy_kwargs={"net_arch": [64, 64]},
     )
-    model.learn(4000)
+    model.learn(
+        12000
+    )  # seeds 0 and 1 walk straight to the large goal (0.93) after 12000; at 4000, to the small one
     assert _mean_final_reward(model, env, 20) > 0.85  # 0.93 is the best possible
     env.close()
 
