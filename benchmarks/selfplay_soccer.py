@@ -17,7 +17,8 @@ SoccerTwos.yaml leaves it at 0: a goal is the only reward, which the budgets her
 
 After training the final team (frozen, sampling its actions) plays ``--games`` games against a team
 that acts uniformly at random, half on each side, with Unity's ``MaxEnvironmentSteps`` (5000
-academy steps: a game not decided by then is a draw). A game is won or lost as ML-Agents' ghost
+academy steps: a game not decided by then is a draw; ``unity_sb3.selfplay.matches.play_matches``, as
+``unity-sb3 eval --opponent`` plays them). A game is won or lost as ML-Agents' ghost
 trainer reads it: the sign of the final reward plus the group reward.
 
     python benchmarks/selfplay_soccer.py --seeds 0 1 2 --timesteps 60000 --jobs 3
@@ -35,7 +36,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import print_table, write_results
 from _curves import plot_curves, run_tasks, windowed_mean
-from _selfplay import EloRecorder, frozen_player, play_matches, policy_weights, random_player
+from _selfplay import EloRecorder, play_both_sides, policy_weights
 
 RESULTS = Path(__file__).resolve().parent / "results"
 COLUMNS = (
@@ -50,7 +51,6 @@ COLUMNS = (
     "train s",
 )
 EVAL_FIELDS = 8
-EVAL_MAX_STEPS = 5000  # Unity's MaxEnvironmentSteps
 
 
 def settings(timesteps: int) -> dict:
@@ -75,6 +75,7 @@ def run(
     ball_touch: float,
     n_steps: int,
     games: int,
+    eval_max_steps: int,
     early: float,
     threads: int,
 ) -> dict:
@@ -85,6 +86,7 @@ def run(
     from unity_sb3 import POCA
     from unity_sb3.callbacks.self_play import SelfPlayCallback
     from unity_sb3.scenes import make_scene
+    from unity_sb3.selfplay.matches import policy_player, view_spec
     from unity_sb3.wrappers.lockstep import LockstepUnity
 
     th.set_num_threads(threads)
@@ -112,42 +114,28 @@ def run(
     start = time.perf_counter()
     model.learn(timesteps, callback=[self_play, recorder])
     seconds = time.perf_counter() - start
-    spaces = view.spaces
-    final = frozen_player(model, spaces, policy_weights(model))
-    earlier = frozen_player(model, spaces, recorder.snapshot)
-    spec = scene.behavior_specs["SoccerTwos?team=0"]
+    spec = view_spec(scene, "SoccerTwos")
+    final = policy_player(model, spec, weights=policy_weights(model), deterministic=False)
+    earlier = policy_player(model, spec, weights=recorder.snapshot, deterministic=False)
     unity.close()
     eval_seed = 10_000 + 10 * seed
-    params = {"num_agents": EVAL_FIELDS, "max_steps": EVAL_MAX_STEPS}
-    vs_random = play_matches(
-        "SoccerTwos", final, random_player(spec, eval_seed), games, seed=eval_seed, **params
-    )
-    vs_early = play_matches("SoccerTwos", final, earlier, games, seed=eval_seed + 2, **params)
-    baseline = play_matches(
-        "SoccerTwos",
-        random_player(spec, eval_seed + 1),
-        random_player(spec, eval_seed),
-        games,
-        seed=eval_seed,
-        **params,
-    )
+    arena = {"num_agents": EVAL_FIELDS, "max_steps": eval_max_steps}  # goals only: no ball_touch
+    vs_random = play_both_sides("SoccerTwos", final, "random", games, eval_seed, **arena)
+    vs_early = play_both_sides("SoccerTwos", final, earlier, games, eval_seed + 2, **arena)
+    baseline = play_both_sides("SoccerTwos", "random", "random", games, eval_seed + 4, **arena)
     return {
         "seed": seed,
         "steps": int(model.num_timesteps),
         "final ELO": self_play.elo,
         "max ELO": max([e for _, e in recorder.points] + [self_play.elo]),
-        "vs random": vs_random.win_rate,
-        "W/L/D": f"{vs_random.wins}/{vs_random.losses}/{vs_random.draws}",
-        "vs early": vs_early.win_rate,
-        "random vs random": baseline.win_rate,
+        "vs random": vs_random["win_rate"],
+        "W/L/D": f"{vs_random['wins']}/{vs_random['losses']}/{vs_random['draws']}",
+        "vs early": vs_early["win_rate"],
+        "random vs random": baseline["win_rate"],
         "train s": seconds,
         "team changes": self_play.controller.team_changes,
         "elo_curve": recorder.points,
-        "matches": {
-            "random": vs_random.as_dict(),
-            "early": vs_early.as_dict(),
-            "random_vs_random": baseline.as_dict(),
-        },
+        "matches": {"random": vs_random, "early": vs_early, "random_vs_random": baseline},
     }
 
 
@@ -168,6 +156,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--ball-touch", type=float, default=0.0, help="the scene's ball_touch parameter")
     parser.add_argument("--n-steps", type=int, default=256, help="rollout length per slot")
     parser.add_argument("--games", type=int, default=48, help="games of each evaluation (half on each side)")
+    parser.add_argument(
+        "--eval-max-steps", type=int, default=5000, help="academy steps of an evaluation game (Unity's 5000)"
+    )
     parser.add_argument("--early-fraction", type=float, default=0.2, help="when the earlier policy is kept")
     parser.add_argument("--jobs", type=int, default=1, help="seeds run in parallel processes")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per run")
@@ -182,6 +173,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
             args.ball_touch,
             args.n_steps,
             args.games,
+            args.eval_max_steps,
             args.early_fraction,
             args.threads,
         )

@@ -10,7 +10,8 @@ divided by the same factor as the budget.
 
 After training the final policy (frozen, sampling its actions as ML-Agents' policies do) plays
 ``--games`` points against uniform random play and against the policy as it was at
-``--early-fraction`` of training, half of them on each side of the net. A point is won or lost
+``--early-fraction`` of training, half of them on each side of the net
+(``unity_sb3.selfplay.matches.play_matches``, as ``unity-sb3 eval --opponent`` plays them). A point is won or lost
 as ML-Agents' ghost trainer reads it: the sign of the final reward (+1 / -1, Tennis has no draw).
 
     python benchmarks/selfplay_tennis.py --seeds 0 1 2 --timesteps 150000 --jobs 3
@@ -28,7 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import print_table, write_results
 from _curves import plot_curves, run_tasks, windowed_mean
-from _selfplay import EloRecorder, frozen_player, play_matches, policy_weights, random_player
+from _selfplay import EloRecorder, play_both_sides, policy_weights
 
 RESULTS = Path(__file__).resolve().parent / "results"
 COLUMNS = (
@@ -76,6 +77,7 @@ def run(
     from unity_sb3 import PPO
     from unity_sb3.callbacks.self_play import SelfPlayCallback
     from unity_sb3.scenes import make_scene
+    from unity_sb3.selfplay.matches import policy_player, view_spec
     from unity_sb3.wrappers.lockstep import LockstepUnity
 
     th.set_num_threads(threads)
@@ -105,42 +107,28 @@ def run(
     start = time.perf_counter()
     model.learn(timesteps, callback=[self_play, recorder])
     seconds = time.perf_counter() - start
-    spaces = view.spaces
-    final = frozen_player(model, spaces, policy_weights(model, env))
-    earlier = frozen_player(model, spaces, recorder.snapshot)
-    spec = make_scene("Tennis").behavior_specs["Tennis?team=0"]
+    spec = view_spec(unity.unity_envs[0], "Tennis")
+    final = policy_player(model, spec, weights=policy_weights(model, env), deterministic=False)
+    earlier = policy_player(model, spec, weights=recorder.snapshot, deterministic=False)
     eval_seed = 10_000 + 10 * seed
-    vs_random = play_matches(
-        "Tennis", final, random_player(spec, eval_seed), games, seed=eval_seed, num_agents=8, scale=scale
-    )
-    vs_early = play_matches("Tennis", final, earlier, games, seed=eval_seed + 2, num_agents=8, scale=scale)
-    baseline = play_matches(
-        "Tennis",
-        random_player(spec, eval_seed + 1),
-        random_player(spec, eval_seed),
-        games,
-        seed=eval_seed,
-        num_agents=8,
-        scale=scale,
-    )
+    arena = {"num_agents": 8, "scale": scale}
+    vs_random = play_both_sides("Tennis", final, "random", games, eval_seed, **arena)
+    vs_early = play_both_sides("Tennis", final, earlier, games, eval_seed + 2, **arena)
+    baseline = play_both_sides("Tennis", "random", "random", games, eval_seed + 4, **arena)
     unity.close()
     return {
         "seed": seed,
         "steps": int(model.num_timesteps),
         "final ELO": self_play.elo,
         "max ELO": max([e for _, e in recorder.points] + [self_play.elo]),
-        "vs random": vs_random.win_rate,
-        "vs early": vs_early.win_rate,
+        "vs random": vs_random["win_rate"],
+        "vs early": vs_early["win_rate"],
         "early step": recorder.snapshot_step,
-        "random vs random": baseline.win_rate,
+        "random vs random": baseline["win_rate"],
         "train s": seconds,
         "team changes": self_play.controller.team_changes,
         "elo_curve": recorder.points,
-        "matches": {
-            "random": vs_random.as_dict(),
-            "early": vs_early.as_dict(),
-            "random_vs_random": baseline.as_dict(),
-        },
+        "matches": {"random": vs_random, "early": vs_early, "random_vs_random": baseline},
     }
 
 
@@ -157,6 +145,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument(
         "--games", type=int, default=200, help="points of each evaluation (half on each side)"
     )
+    parser.add_argument("--learning-rate", type=float, default=3e-4)
+    parser.add_argument("--scale", type=float, default=0.5, help="the ball's diameter (scene parameter)")
     parser.add_argument("--early-fraction", type=float, default=0.2, help="when the earlier policy is kept")
     parser.add_argument("--jobs", type=int, default=1, help="seeds run in parallel processes")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per run")
