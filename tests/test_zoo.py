@@ -14,6 +14,8 @@ from unity_sb3 import zoo
 from unity_sb3.algorithms.registry import algorithm_class
 from unity_sb3.config.hyperparams import HYPERPARAMS_DIR, load_hyperparams
 from unity_sb3.config.model_args import prepare_model_args
+from unity_sb3.run import RUN_SETTINGS
+from unity_sb3.scenes import scene_class
 
 FAST = ["--num-threads", "1", "--seed", "3", "--verbose", "0"]
 
@@ -93,15 +95,24 @@ def test_shipped_hyperparams_build_a_model(algo: str, env_id: str) -> None:
     params = load_hyperparams(algo, env_id.split("/")[1].removesuffix("-v0"))
     params.pop("n_timesteps")
     params.pop("normalize", None)
-    params.pop("self_play", None)  # a run setting (unity-sb3 train runs self-play), not an argument
+    for key in (
+        "self_play",
+        *RUN_SETTINGS,
+    ):  # run settings of unity-sb3 train (RL Zoo drops them), not arguments
+        params.pop(key, None)
     open_kwargs = {"transport": "inprocess", **params.pop("open_kwargs", {})}
-    env = zoo.make_unity_vec_env(env_id, env_kwargs=open_kwargs)
-    try:
-        policy, kwargs = prepare_model_args(algo, params.pop("policy"), params, env)
-        model = algorithm_class(algo)(policy, env, device="cpu", **kwargs)
-        assert model.observation_space == env.observation_space
-    finally:
-        env.close()
+    policy = params.pop("policy")
+    # RL Zoo trains one behavior: a competitive scene's entry must build a model for each of them
+    behaviors = scene_class(env_id.split("/")[1].removesuffix("-v0")).BEHAVIORS or (None,)
+    for behavior in behaviors:
+        kwargs = dict(open_kwargs, behavior_name=behavior) if behavior else open_kwargs
+        env = zoo.make_unity_vec_env(env_id, env_kwargs=kwargs)
+        try:
+            policy_arg, model_kwargs = prepare_model_args(algo, policy, dict(params), env)
+            model = algorithm_class(algo)(policy_arg, env, device="cpu", **model_kwargs)
+            assert model.observation_space == env.observation_space
+        finally:
+            env.close()
 
 
 def _train(tmp_path: Path, algo: str, env_id: str, *extra: str) -> Path:

@@ -284,6 +284,15 @@ def _experiment_manager_class():
                     "ignored (self-play runs with unity-sb3 train or unity_sb3.run_behaviors)",
                     stacklevel=2,
                 )
+            from unity_sb3.run import RUN_SETTINGS
+
+            dropped = [key for key in RUN_SETTINGS if hyperparams.pop(key, None) is not None]
+            if dropped:  # unity-sb3 train's run settings: RL Zoo has its own flags for these
+                warnings.warn(
+                    f"RL Zoo ignores the entry's unity-sb3 train run settings {dropped} "
+                    "(use RL Zoo's own flags, e.g. --save-freq, for checkpoints)",
+                    stacklevel=2,
+                )
             if self.is_unity and isinstance(hyperparams.get("policy_kwargs"), str):
                 # rl-zoo3's own eval() cannot see unity_sb3.networks.extractors' extractors that our YAML names
                 from unity_sb3.config.model_args import parse_policy_kwargs
