@@ -39,7 +39,7 @@ def run_script(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
 
 def test_every_example_is_listed_in_the_readme():
     readme = (EXAMPLES / "README.md").read_text()
-    assert len(SCRIPTS) == 7
+    assert len(SCRIPTS) == 9
     for name in SCRIPTS:
         assert f"python examples/{name}.py" in readme, name
 
@@ -167,6 +167,43 @@ def test_connect_unity_build_trains_briefly(tmp_path):
     args = ["Ball3D", "--timesteps", "24", "--n-steps", "2", "--save-path", str(tmp_path / "m")]
     assert load("connect_unity_build").main(args) == 0
     assert (tmp_path / "m.zip").is_file()
+
+
+def test_selfplay_tennis(tmp_path, capsys):
+    results = load("selfplay_tennis").main(
+        [
+            *("--timesteps", "256", "--courts", "2", "--n-steps", "64", "--save-steps", "100"),
+            *("--summary-freq", "128", "--games", "4", "--save-path", str(tmp_path / "t")),
+        ]
+    )
+    out = capsys.readouterr().out
+    assert "Tennis. Step: 256." in out and "ELO:" in out  # the ELO as mlagents-learn prints it
+    assert out.count("against random play, team") == 2
+    assert results["elo"] > 0 and all(0.0 <= results[f"team {t}"] <= 1.0 for t in (0, 1))
+    assert (tmp_path / "t.zip").is_file() and (tmp_path / "t_vecnormalize.pkl").is_file()
+
+
+def test_soccer_poca_selfplay(tmp_path, capsys):
+    results = load("soccer_poca_selfplay").main(
+        [
+            *("--timesteps", "128", "--fields", "1", "--max-steps", "100", "--n-steps", "32"),
+            *(
+                "--save-steps",
+                "50",
+                "--summary-freq",
+                "64",
+                "--games",
+                "2",
+                "--save-path",
+                str(tmp_path / "s"),
+            ),
+        ]
+    )
+    out = capsys.readouterr().out
+    assert "SoccerTwos. Step: 128." in out and "ELO after 128 steps" in out
+    assert out.count("against a random team, team") == 2
+    assert all(0.0 <= results[f"team {t}"] <= 1.0 for t in (0, 1))
+    assert (tmp_path / "s.zip").is_file()
 
 
 def test_pettingzoo_escape(capsys):
