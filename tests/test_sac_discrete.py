@@ -313,8 +313,22 @@ def test_basic_learns_to_walk_to_the_large_goal(seed):
 
 @pytest.mark.slow
 def test_gridworld_with_masks_learns_to_reach_the_named_goal():
+    """Seed 0 ends at 0.99 (the best is about 0.98-0.99; a timeout scores -1.0). With Unity's
+    init_entcoef 0.5 and learning rate 3e-4 the entropy still dominates after 20000 steps."""
     env = grid_env(seed=0, num_agents=9)
-    model = grid_model(env, learning_starts=500, batch_size=128, gamma=0.9, ent_coef="auto_0.5")
-    model.learn(6000)
-    assert _mean_final_reward(model, env, 40) > 0.7
+    policy_kwargs = {"net_arch": [128], "features_extractor_class": UnityMultiInputExtractor}
+    model = SAC(
+        "MultiInputPolicy",
+        env,
+        seed=0,
+        device="cpu",
+        learning_starts=500,
+        batch_size=128,
+        gamma=0.9,
+        learning_rate=1e-3,
+        ent_coef="auto_0.05",
+        policy_kwargs=policy_kwargs,
+    )
+    model.learn(20000)
+    assert _mean_final_reward(model, env, 20) > 0.8
     env.close()
