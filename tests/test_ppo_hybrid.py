@@ -152,3 +152,12 @@ def test_ppo_solves_hybrid_line_as_unity_learning_test(seed):
     model.learn(10_000)
     assert np.mean([e["r"] for e in model.ep_info_buffer]) >= 0.9
     env.close()
+
+
+def test_unity_sb3_train_gives_the_projects_algorithms_the_hybrid_tuple():
+    from unity_sb3.run import RunConfig, make_vec_env
+
+    for algo, hybrid in (("ppo", True), ("poca", True), ("sac", True), ("a2c", False)):
+        env = make_vec_env(RunConfig(env="HybridLine", algo=algo, transport="inprocess"))
+        assert isinstance(env.action_space, spaces.Tuple) is hybrid, algo
+        env.close()
