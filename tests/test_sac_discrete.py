@@ -332,3 +332,26 @@ def test_gridworld_with_masks_learns_to_reach_the_named_goal():
     model.learn(20000)
     assert _mean_final_reward(model, env, 20) > 0.8
     env.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [0, 1])
+def test_hybrid_actions_learn_unitys_hybrid_test(seed):
+    """Unity's ``test_hybrid_sac`` budget (2200 steps, ``SAC_TORCH_CONFIG`` with batch 256, no warm-up)
+    on HybridLine: a discrete direction and a continuous amount both have to point at the goal."""
+    env = UnityVecEnv(make_scene("HybridLine", seed=seed, num_agents=4), hybrid="tuple")
+    model = SAC(
+        "MlpPolicy",
+        env,
+        seed=seed,
+        device="cpu",
+        learning_rate=5e-3,
+        batch_size=256,
+        learning_starts=0,
+        tau=0.01,
+        ent_coef="auto_0.01",
+        policy_kwargs={"net_arch": [16], "activation_fn": th.nn.SiLU},
+    )
+    model.learn(2200)
+    assert _mean_final_reward(model, env, 20) > 0.9  # 1.05 is the best possible
+    env.close()
