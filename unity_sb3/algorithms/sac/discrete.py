@@ -31,8 +31,9 @@ from stable_baselines3.common.buffers import ReplayBuffer
 from stable_baselines3.common.utils import polyak_update
 from torch.nn import functional as F
 
+from unity_sb3.algorithms.distributions import action_layout, hybrid_env_actions
 from unity_sb3.algorithms.mixin import log_stats
-from unity_sb3.algorithms.sac.policies import action_layout, expected_over_branches
+from unity_sb3.algorithms.sac.policies import expected_over_branches
 
 #: ML-Agents' ``discrete_target_entropy_scale`` (not exposed in its settings either)
 DISCRETE_TARGET_ENTROPY_SCALE = 0.2
@@ -126,6 +127,8 @@ class BranchedTrainingMixin:
             obs_tensor, _ = self.policy.obs_to_tensor(self._last_obs)
             with th.no_grad():
                 buffer_actions = self.actor(obs_tensor, False, masks).cpu().numpy()
+        if self._continuous_size:  # a Unity env takes ((n, c), (n, k)), SB3's VecEnvs one tuple per env
+            return hybrid_env_actions(buffer_actions, self.action_space, self.env), buffer_actions
         return self.policy.to_env_actions(buffer_actions), buffer_actions
 
     def _record_masks(self, replay_buffer: ReplayBuffer, dones: np.ndarray) -> None:
