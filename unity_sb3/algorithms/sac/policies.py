@@ -115,11 +115,20 @@ class BranchedDistribution:
     def mode(self) -> th.Tensor:
         return self.sample(deterministic=True)
 
+    @property
+    def continuous_dim(self) -> int:
+        """``c``: the continuous actions leading each buffer-layout row (0 without them)."""
+        return self.c
+
+    def discrete_log_probs(self, discrete: th.Tensor) -> th.Tensor:
+        """``(B, k)``: each branch's log-probability of its index in ``discrete`` (``(B, k)``, any dtype)."""
+        discrete = discrete.reshape(discrete.shape[0], -1).long()
+        return th.cat([lp.gather(1, discrete[:, i : i + 1]) for i, lp in enumerate(self.log_probs)], dim=1)
+
     def log_prob(self, actions: th.Tensor) -> th.Tensor:
         """``(B,)`` log-likelihood of actions in the buffer's layout (``(B,)`` for one branch works too)."""
         actions = actions.reshape(actions.shape[0], -1)
-        discrete = actions[:, self.c :].long()
-        total = sum(lp.gather(1, discrete[:, i : i + 1]).squeeze(1) for i, lp in enumerate(self.log_probs))
+        total = self.discrete_log_probs(actions[:, self.c :]).sum(dim=1)
         if self.gaussian is not None:
             total = total + self.gaussian.log_prob(actions[:, : self.c].float())
         return total
