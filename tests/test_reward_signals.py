@@ -30,8 +30,15 @@ def settings(name: str, **overrides) -> dict:
 def sample(space: spaces.Space, n: int, rng: np.random.Generator) -> np.ndarray | dict:
     if isinstance(space, spaces.Dict):
         return {k: sample(s, n, rng) for k, s in space.spaces.items()}
+    if isinstance(space, spaces.Tuple):  # hybrid: flat rows, continuous values then branch indices
+        parts = [np.asarray(sample(s, n, rng), np.float32).reshape(n, -1) for s in space.spaces]
+        return np.concatenate(parts, axis=1)
     space.seed(int(rng.integers(1 << 30)))
     return np.stack([space.sample() for _ in range(n)])
+
+
+#: a hybrid action space (UnityVecEnv(..., hybrid="tuple")); its batches are flat rows
+HYBRID = spaces.Tuple((spaces.Box(-1, 1, (1,), np.float32), spaces.MultiDiscrete([2, 3])))
 
 
 # ---------------------------------------------------------------- configuration
@@ -150,6 +157,7 @@ def test_encoder_uses_the_requested_mlagents_visual_encoder(encode_type, side, f
         (spaces.Box(-1, 1, (2,)), [[0.5, -0.5]], [[0.5, -0.5]]),
         (spaces.Discrete(3), [[2]], [[0, 0, 1]]),
         (spaces.MultiDiscrete([2, 3]), [[1, 0]], [[0, 1, 1, 0, 0]]),
+        (HYBRID, [[0.5, 1.0, 0.0]], [[0.5, 0, 1, 1, 0, 0]]),
     ],
 )
 def test_action_flattener(space, actions, expected):
@@ -159,7 +167,12 @@ def test_action_flattener(space, actions, expected):
 
 
 # ---------------------------------------------------------------- curiosity
-ACTION_SPACES = [spaces.Box(-1, 1, (2,), np.float32), spaces.Discrete(3), spaces.MultiDiscrete([3, 2])]
+ACTION_SPACES = [
+    spaces.Box(-1, 1, (2,), np.float32),
+    spaces.Discrete(3),
+    spaces.MultiDiscrete([3, 2]),
+    HYBRID,
+]
 
 
 def _dynamics_batch(action_space: spaces.Space, n: int = 64, seed: int = 0):
@@ -173,7 +186,7 @@ def _dynamics_batch(action_space: spaces.Space, n: int = 64, seed: int = 0):
     return obs, actions, next_obs
 
 
-@pytest.mark.parametrize("action_space", ACTION_SPACES, ids=["box", "discrete", "multidiscrete"])
+@pytest.mark.parametrize("action_space", ACTION_SPACES, ids=["box", "discrete", "multidiscrete", "hybrid"])
 def test_curiosity_reward_and_losses_fall_on_a_fixed_batch(action_space):
     th.manual_seed(0)
     obs_space = spaces.Box(-np.inf, np.inf, (4,), np.float32)

@@ -186,6 +186,29 @@ def test_reward_signals_widen_the_q_per_action_heads_and_log():
         assert key in model.logger.name_to_value, key
 
 
+def test_reward_signals_and_bc_with_hybrid_actions(tmp_path):
+    scene = make_scene("HybridLine", seed=3, num_agents=2)
+    name = next(iter(scene.behavior_specs))
+    demo = tmp_path / "line.demo"
+    record_demo(scene, name, lambda steps: scene.expert_actions(name, steps), demo, n_steps=40)
+    env = UnityVecEnv(make_scene("HybridLine", seed=0, num_agents=2), hybrid="tuple")
+    signals = {
+        "extrinsic": {},
+        "curiosity": {"strength": 0.1, "network_settings": SMALL},
+        "gail": {"demo_path": str(demo), "use_actions": True, "network_settings": SMALL},
+    }
+    model = SAC("MlpPolicy", env, **FAST, reward_signals=signals, behavioral_cloning={"demo_path": str(demo)})
+    assert all(q[-1].out_features == 3 * 2 for q in model.critic.q_networks)  # 3 heads x one branch of 2
+    model.learn(60)
+    for key in (
+        "reward_signals/curiosity/inverse_loss",
+        "reward_signals/gail/loss",
+        "behavioral_cloning/loss",
+    ):
+        assert np.isfinite(model.logger.name_to_value[key]), key
+    env.close()
+
+
 @pytest.fixture(scope="module")
 def basic_demo(tmp_path_factory: pytest.TempPathFactory) -> str:
     scene = make_scene("Basic", seed=0, num_agents=2)

@@ -62,12 +62,14 @@ class CuriositySignal(RewardSignal):
     def _inverse_error(self, phi: th.Tensor, phi_next: th.Tensor, actions: th.Tensor) -> th.Tensor:
         out = self.inverse_head(self.inverse_body(th.cat([phi, phi_next], dim=1)))
         flat = self.action_flattener
-        if flat.continuous_size > 0:
-            return ((out - flat.continuous(actions)) ** 2).sum(dim=1)
-        indices = flat.discrete(actions)
+        c = flat.continuous_size
         loss = th.zeros(out.shape[0], device=out.device)
-        for i, logits in enumerate(th.split(out, flat.branches, dim=1)):
-            loss = loss + nn.functional.cross_entropy(logits, indices[:, i], reduction="none")
+        if c > 0:
+            loss = ((out[:, :c] - flat.continuous(actions)) ** 2).sum(dim=1)
+        if flat.branches:  # discrete, or the discrete half of hybrid actions
+            indices = flat.discrete(actions)
+            for i, logits in enumerate(th.split(out[:, c:], flat.branches, dim=1)):
+                loss = loss + nn.functional.cross_entropy(logits, indices[:, i], reduction="none")
         return loss
 
     def _reward(self, batch: SignalBatch) -> th.Tensor:

@@ -18,6 +18,7 @@ from gymnasium import spaces
 from stable_baselines3.common.preprocessing import get_flattened_obs_dim, is_image_space, preprocess_obs
 from torch import nn
 
+from unity_sb3.algorithms.distributions import action_layout, is_hybrid_space
 from unity_sb3.algorithms.reward_signals.settings import RewardSignalConfigError
 from unity_sb3.networks.attention import ATTENTION_EMBEDDING_SIZE, EntityAttention
 from unity_sb3.networks.extractors import MIN_RESOLUTION, conv_body, encoders_for
@@ -181,7 +182,9 @@ class ActionFlattener:
     """Turn a batch of actions of ``action_space`` into floats: continuous as they are, discrete and
     multi-discrete as concatenated one-hot vectors (ML-Agents' ``ActionFlattener``).
 
-    :param action_space: ``Box``, ``Discrete``, ``MultiDiscrete`` or ``MultiBinary``.
+    :param action_space: ``Box``, ``Discrete``, ``MultiDiscrete``, ``MultiBinary``, or a hybrid
+        ``Tuple(Box, MultiDiscrete)`` whose actions come as flat rows (continuous values, then branch
+        indices; they flatten to the continuous values, then the one-hots).
     """
 
     def __init__(self, action_space: spaces.Space) -> None:
@@ -198,28 +201,33 @@ class ActionFlattener:
         elif isinstance(action_space, spaces.MultiBinary):
             self.continuous_size = 0
             self.branches = [2] * int(np.prod(action_space.shape))
+        elif is_hybrid_space(action_space):
+            self.continuous_size, self.branches = action_layout(action_space)
         else:
             raise RewardSignalConfigError(
-                f"Reward signals support Box, Discrete, MultiDiscrete and MultiBinary actions, got {action_space}."
+                "Reward signals support Box, Discrete, MultiDiscrete, MultiBinary and hybrid Tuple(Box, "
+                f"MultiDiscrete) actions, got {action_space}."
             )
         self.flattened_size = self.continuous_size + sum(self.branches)
 
     def discrete(self, actions: th.Tensor) -> th.Tensor:
         """``(batch, n_branches)`` long tensor of branch indices."""
-        return actions.reshape(actions.shape[0], -1).long()
+        return actions.reshape(actions.shape[0], -1)[:, self.continuous_size :].long()
 
     def continuous(self, actions: th.Tensor) -> th.Tensor:
         """``(batch, continuous_size)`` float tensor."""
-        return actions.reshape(actions.shape[0], -1).float()
+        return actions.reshape(actions.shape[0], -1)[:, : self.continuous_size].float()
 
     def __call__(self, actions: th.Tensor) -> th.Tensor:
         """:param actions: ``(batch, ...)`` actions as SB3 stores them.
         :return: ``(batch, flattened_size)`` floats."""
-        if self.continuous_size > 0:
+        if not self.branches:
             return self.continuous(actions)
         indices = self.discrete(actions)
         onehots = [
             nn.functional.one_hot(indices[:, i].clamp(0, n - 1), n).float()
             for i, n in enumerate(self.branches)
         ]
+        if self.continuous_size > 0:  # hybrid
+            onehots.insert(0, self.continuous(actions))
         return th.cat(onehots, dim=1)
