@@ -5,10 +5,12 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 import pytest
+import torch as th
 from mlagents_envs.base_env import ActionSpec, BehaviorSpec
 from stable_baselines3.common.vec_env import DummyVecEnv
 from test_export import assert_same_actions, export, random_masks, scale_head, unity_observations, vector
 
+from unity_sb3 import SAC
 from unity_sb3.algorithms.poca import POCA
 from unity_sb3.algorithms.ppo.ppo import PPO
 from unity_sb3.export import check_onnx, inspect_onnx, run_onnx
@@ -49,14 +51,19 @@ class HybridSpaceEnv(gym.Env):
 
 def hybrid_model(cls: type, spec: BehaviorSpec = UNITY_HYBRID):
     env = DummyVecEnv([lambda: HybridSpaceEnv(spec)] * 2)
+    sizes = dict(buffer_size=16) if cls is SAC else dict(n_steps=8)
     model = cls(
-        "MlpPolicy", env, n_steps=8, batch_size=8, device="cpu", seed=0, policy_kwargs=dict(net_arch=[16])
+        "MlpPolicy", env, batch_size=8, device="cpu", seed=0, policy_kwargs=dict(net_arch=[16]), **sizes
     )
     scale_head(model, 30.0)
+    if cls is SAC:  # scale_head reaches the Gaussian means; make the branches' logits decisive too
+        with th.no_grad():
+            for p in model.actor.logits.parameters():
+                p.mul_(30.0)
     return model
 
 
-@pytest.mark.parametrize("cls", [PPO, POCA])
+@pytest.mark.parametrize("cls", [PPO, POCA, SAC])
 def test_hybrid_policy_has_the_signature_of_unitys_hybrid_test_model(tmp_path, cls):
     model = hybrid_model(cls)
     path = export(model, tmp_path, UNITY_HYBRID)
@@ -69,7 +76,7 @@ def test_hybrid_policy_has_the_signature_of_unitys_hybrid_test_model(tmp_path, c
     assert check_onnx(path, UNITY_HYBRID) == []
 
 
-@pytest.mark.parametrize("cls", [PPO, POCA])
+@pytest.mark.parametrize("cls", [PPO, POCA, SAC])
 def test_onnxruntime_actions_match_predict_under_masks(tmp_path, cls):
     model = hybrid_model(cls)
     path = export(model, tmp_path, UNITY_HYBRID)

@@ -184,10 +184,10 @@ class ActorHead(nn.Module):
             out, squash = th.tanh(mean), True
         elif self.kind == "branched":
             actor = policy.actor
-            out, squash = (
-                actor.logits(actor.latent_pi(actor.extract_features(obs, actor.features_extractor))),
-                False,
-            )
+            latent = actor.latent_pi(actor.extract_features(obs, actor.features_extractor))
+            out, squash = actor.logits(latent), False
+            if actor.continuous_size:  # hybrid: the squashed Gaussian's mode, then the logits
+                out = th.cat([th.tanh(actor.mu(latent)), out], dim=1)
         elif self.kind == "deterministic":
             out, squash = policy.actor(obs), True
         else:  # "q": Q-values play the role of logits
@@ -220,7 +220,11 @@ def head_kind(policy: BasePolicy) -> str:
     actor = getattr(policy, "actor", None)
     if actor is not None and hasattr(actor, "get_action_dist_params"):
         return "squashed"
-    if actor is not None and hasattr(actor, "logits") and not getattr(actor, "continuous_size", 1):
+    if (
+        actor is not None
+        and hasattr(actor, "logits")
+        and (not getattr(actor, "continuous_size", 1) or is_hybrid_space(policy.action_space))
+    ):
         return "branched"
     if actor is not None and hasattr(actor, "mu"):
         return "deterministic"
