@@ -3,6 +3,7 @@ per branch, masks, reward signals, BC, save/load, the command line, and learning
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -287,7 +288,7 @@ def test_onnx_export_gives_unitys_discrete_outputs_with_masks_as_predict(tmp_pat
 
 
 # ---------------------------------------------------------------------------------- the command
-def test_unity_gridworld_sac_config_trains_from_the_command_line(tmp_path):
+def test_unity_gridworld_sac_config_trains_from_the_command_line_and_eval_passes_masks(tmp_path, monkeypatch):
     from unity_sb3.cli import main
 
     args = ["train", "--env", "GridWorld", "--config", str(CONFIGS / "GridWorld_sac.yaml")]
@@ -297,6 +298,18 @@ def test_unity_gridworld_sac_config_trains_from_the_command_line(tmp_path):
     model = SAC.load(tmp_path / "g" / "model.zip", device="cpu")
     assert isinstance(model.policy, BranchedSACPolicy)
     assert model.action_space == spaces.Discrete(5)
+    seen = []
+    predict = SAC.predict
+
+    @functools.wraps(predict)  # keeps the signature the evaluation reads
+    def spy(self, *args, **kwargs):
+        seen.append(kwargs.get("action_masks"))
+        return predict(self, *args, **kwargs)
+
+    monkeypatch.setattr(SAC, "predict", spy)
+    assert main(["eval", str(tmp_path / "g"), "--episodes", "2"]) == 0
+    assert seen and all(m is not None and m.shape[1] == 5 for m in seen)
+    assert any(not m.all() for m in seen), "GridWorld masks moves into walls"
 
 
 # ---------------------------------------------------------------------------------- learning

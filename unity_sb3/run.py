@@ -638,6 +638,8 @@ def evaluate(
     gif: str | Path | None = None,
 ) -> tuple[float, float]:
     """Run ``episodes`` complete episodes (over all slots) and return mean and std episode reward."""
+    import inspect
+
     import numpy as np
 
     from unity_sb3.algorithms.registry import algorithm_class
@@ -657,8 +659,16 @@ def evaluate(
         returns: list[float] = []
         state = None
         starts = np.ones(env.num_envs, dtype=bool)
+        masked = "action_masks" in inspect.signature(model.predict).parameters and env.has_attr(
+            "action_masks"
+        )
         while len(returns) < episodes:
-            action, state = model.predict(obs, state=state, episode_start=starts, deterministic=deterministic)
+            kwargs = (
+                {"action_masks": np.asarray(env.env_method("action_masks"), dtype=bool)} if masked else {}
+            )
+            action, state = model.predict(
+                obs, state=state, episode_start=starts, deterministic=deterministic, **kwargs
+            )
             obs, _, dones, infos = env.step(action)
             starts = dones
             if gif is not None and len(frames) < 300:
