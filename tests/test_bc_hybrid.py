@@ -116,3 +116,21 @@ def test_sac_with_hybrid_actions_clones_with_the_log_likelihood(hybrid_line_demo
     history = pretrain_bc(model, hybrid_line_demo, epochs=8, batch_size=32, validation_split=0.0, seed=0)
     assert history["loss"][-1] < history["loss"][0]
     env.close()
+
+
+def test_the_bc_term_of_ppo_trains_with_hybrid_demos(hybrid_line_demo):
+    env = UnityVecEnv(make_scene("HybridLine", seed=1, num_agents=4), hybrid="tuple")
+    model = PPO(
+        "MlpPolicy",
+        env,
+        n_steps=16,
+        batch_size=32,
+        n_epochs=1,
+        seed=0,
+        device="cpu",
+        behavioral_cloning={"demo_path": str(hybrid_line_demo), "strength": 1.0, "steps": 0},
+    )
+    model.learn(128)
+    loss = model.logger.name_to_value.get("behavioral_cloning/loss")
+    assert loss is not None and np.isfinite(loss)
+    env.close()
