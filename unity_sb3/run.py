@@ -641,6 +641,7 @@ def evaluate(
     import inspect
 
     import numpy as np
+    from gymnasium import spaces as gym_spaces
 
     from unity_sb3.algorithms.registry import algorithm_class
 
@@ -659,8 +660,10 @@ def evaluate(
         returns: list[float] = []
         state = None
         starts = np.ones(env.num_envs, dtype=bool)
-        masked = "action_masks" in inspect.signature(model.predict).parameters and env.has_attr(
-            "action_masks"
+        masked = (
+            not isinstance(model.action_space, gym_spaces.Box)
+            and "action_masks" in inspect.signature(model.predict).parameters
+            and env.has_attr("action_masks")
         )
         while len(returns) < episodes:
             kwargs = (
