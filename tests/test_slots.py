@@ -114,3 +114,35 @@ def test_reset_infos_are_read_under_wrappers():
         assert all(GROUP_ID in info for info in infos)
     finally:
         env.close()
+
+
+def test_predict_masks_only_for_a_discrete_model_whose_predict_takes_them():
+    from gymnasium import spaces
+
+    from unity_sb3.slots import predict_masks
+
+    class Masked(gym.Env):
+        observation_space = spaces.Box(-1, 1, (1,))
+        action_space = spaces.Discrete(3)
+
+        def action_masks(self):
+            return np.array([True, False, True])
+
+    class Model:
+        def __init__(self, action_space, takes_masks):
+            self.action_space = action_space
+            self.predict = self._masked if takes_masks else self._plain
+
+        def _masked(
+            self, observation, state=None, episode_start=None, deterministic=False, action_masks=None
+        ):
+            return None
+
+        def _plain(self, observation, state=None, episode_start=None, deterministic=False):
+            return None
+
+    env = DummyVecEnv([Masked, Masked])
+    masks = predict_masks(Model(spaces.Discrete(3), True), env)["action_masks"]
+    np.testing.assert_array_equal(masks, [[True, False, True]] * 2)
+    assert predict_masks(Model(spaces.Discrete(3), False), env) == {}
+    assert predict_masks(Model(spaces.Box(-1, 1, (2,)), True), env) == {}

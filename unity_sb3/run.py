@@ -40,6 +40,7 @@ from unity_sb3.callbacks.curriculum import (
     save_curriculum_state,
 )
 from unity_sb3.config.hyperparams import load_hyperparams
+from unity_sb3.slots import predict_masks
 from unity_sb3.validation import flag
 from unity_sb3.wrappers.restarts import RESTART_SETTINGS, RestartPolicy
 
@@ -638,10 +639,7 @@ def evaluate(
     gif: str | Path | None = None,
 ) -> tuple[float, float]:
     """Run ``episodes`` complete episodes (over all slots) and return mean and std episode reward."""
-    import inspect
-
     import numpy as np
-    from gymnasium import spaces as gym_spaces
 
     from unity_sb3.algorithms.registry import algorithm_class
 
@@ -660,18 +658,8 @@ def evaluate(
         returns: list[float] = []
         state = None
         starts = np.ones(env.num_envs, dtype=bool)
-        masked = (
-            not isinstance(model.action_space, gym_spaces.Box)
-            and "action_masks" in inspect.signature(model.predict).parameters
-            and env.has_attr("action_masks")
-        )
         while len(returns) < episodes:
-            kwargs = (
-                {"action_masks": np.asarray(env.env_method("action_masks"), dtype=bool)} if masked else {}
-            )
-            action, state = model.predict(
-                obs, state=state, episode_start=starts, deterministic=deterministic, **kwargs
-            )
+            action, state = model.predict(obs, state, starts, deterministic, **predict_masks(model, env))
             obs, _, dones, infos = env.step(action)
             starts = dones
             if gif is not None and len(frames) < 300:

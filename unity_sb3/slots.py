@@ -99,3 +99,22 @@ def reset_infos_of(env: VecEnv) -> list[dict[str, Any]] | None:
         if not isinstance(env, VecEnvWrapper):
             return found
         env = env.venv
+
+
+def predict_masks(model: Any, env: VecEnv) -> dict[str, np.ndarray]:
+    """Keyword arguments that give ``model.predict`` the env's action masks, sb3-contrib style.
+
+    :param model: an algorithm; masks go to it when its ``predict`` takes ``action_masks`` and its
+        actions are not a ``Box`` (discrete or hybrid branches).
+    :param env: the VecEnv; masks come from ``env_method("action_masks")`` when it has them.
+    :return: ``{"action_masks": (num_envs, sum(branches)) bool}`` (True = allowed), or ``{}``.
+    """
+    import inspect
+
+    from gymnasium import spaces
+
+    if isinstance(getattr(model, "action_space", None), spaces.Box) or not env.has_attr("action_masks"):
+        return {}
+    if "action_masks" not in inspect.signature(model.predict).parameters:
+        return {}
+    return {"action_masks": np.asarray(env.env_method("action_masks"), dtype=bool).reshape(env.num_envs, -1)}
