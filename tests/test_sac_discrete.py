@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch as th
@@ -102,6 +103,17 @@ def test_hybrid_tuple_space_feeds_the_continuous_action_to_q_and_has_its_own_coe
     continuous, discrete = actions
     assert continuous.shape == (env.num_envs, 2) and np.all(np.abs(continuous) <= 1.0)
     assert discrete.shape == (env.num_envs, 1) and np.all((discrete >= 0) & (discrete < 3))
+
+
+def test_a_hybrid_space_whose_box_is_not_unitys_is_refused():
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    class Wide(gym.Env):
+        observation_space = spaces.Box(-1, 1, (2,), np.float32)
+        action_space = spaces.Tuple((spaces.Box(-2, 2, (1,), np.float32), spaces.MultiDiscrete([3])))
+
+    with pytest.raises(ValueError, match=r"must be Box\(-1, 1\)"):
+        SAC("MlpPolicy", DummyVecEnv([Wide]), **FAST)
 
 
 def test_a_box_policy_is_refused_for_discrete_actions_with_a_clear_message():

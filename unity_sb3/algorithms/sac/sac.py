@@ -155,6 +155,12 @@ class SAC(BranchedTrainingMixin, SignalsAndBCMixin, SB3SAC, _OpenActionSpaces):
             raise ValueError(
                 "n-step replay (n_steps > 1) is not supported with discrete actions; use n_steps=1."
             )
+        box = self.action_space.spaces[0] if isinstance(self.action_space, spaces.Tuple) else None
+        if box is not None and not (np.all(box.low == -1.0) and np.all(box.high == 1.0)):
+            raise ValueError(
+                f"the continuous part of a hybrid action space must be Box(-1, 1) (Unity's; the actor's tanh "
+                f"gives [-1, 1]), got {box}. Rescale the actions in the env."
+            )
 
     def _setup_model(self) -> None:
         self._branched = not isinstance(self.action_space, spaces.Box)
