@@ -165,7 +165,7 @@ def monitor_returns(path) -> np.ndarray:
 
 @pytest.mark.slow
 def test_shipped_ppo_settings_learn_to_sort_with_attention(tmp_path):
-    """`unity-sb3 train --env Sorter` (attention encoder, 1-2 tiles): from random (-0.5) to >= 0.5 per episode."""
+    """`unity-sb3 train --env Sorter` (attention, 1 tile, 150k steps): from random (-0.46) to >= 0.3 (measured 0.64)."""
     from unity_sb3.cli import main
 
     args = ["train", "--env", "Sorter", "--seed", "0", "--results-dir", str(tmp_path), "--no-progress"]
@@ -173,4 +173,4 @@ def test_shipped_ppo_settings_learn_to_sort_with_attention(tmp_path):
     returns = monitor_returns(tmp_path / "Sorter_ppo" / "monitor.csv")
     assert len(returns) > 300
     assert np.mean(returns[:100]) < 0.0, "the untrained policy should not sort"
-    assert np.mean(returns[-200:]) >= 0.5, f"PPO reached {np.mean(returns[-200:]):.2f} (expert 1.39)"
+    assert np.mean(returns[-200:]) >= 0.3, f"PPO reached {np.mean(returns[-200:]):.2f} (expert 0.93)"
