@@ -150,31 +150,44 @@ class UnityNoDecisionError(RuntimeError):
     """Unity stepped ``max_idle_steps`` times without any slot's agent asking for a decision."""
 
 
+def open_source(
+    source: EnvSource, worker_id: int, open_kwargs: dict[str, Any], restart: bool = False
+) -> BaseEnv:
+    """The ``BaseEnv`` of one Unity instance: ``source`` itself, ``open_unity(source)`` or ``source()``.
+
+    :param worker_id: the instance's index; a target string opens with ``worker_id`` shifted by
+        ``open_kwargs["worker_id"]`` (default 0).
+    :param open_kwargs: keyword arguments for ``open_unity`` (target strings only).
+    :param restart: re-opening a crashed instance: look for a free port (another program may have
+        taken the crashed instance's port meanwhile).
+    """
+    if isinstance(source, BaseEnv):
+        return source
+    if isinstance(source, str):
+        from unity_sb3.open import open_unity
+
+        kwargs = {**open_kwargs, "worker_id": open_kwargs.get("worker_id", 0) + worker_id}
+        if restart:
+            kwargs["find_free_port"] = True
+        return open_unity(source, **kwargs)
+    if callable(source):
+        env = source()
+        if not isinstance(env, BaseEnv):
+            raise UnityConfigurationError(
+                f"the factory for Unity worker {worker_id} returned {type(env).__name__}, not a BaseEnv"
+            )
+        return env
+    raise UnityConfigurationError(
+        f"cannot open {source!r}: pass a BaseEnv, a target string for open_unity, or a factory"
+    )
+
+
 class InstancesMixin:
     """UnityVecEnv's work on each Unity instance: opening, resetting, stepping, binding agents to slots."""
 
     # ------------------------------------------------------------------ opening
     def _open(self, source: EnvSource, worker_id: int, restart: bool = False) -> BaseEnv:
-        if isinstance(source, BaseEnv):
-            return source
-        if isinstance(source, str):
-            from unity_sb3.open import open_unity
-
-            base = self.open_kwargs.get("worker_id", 0)  # open_kwargs["worker_id"] shifts every instance's
-            kwargs = {**self.open_kwargs, "worker_id": base + worker_id}
-            if restart:  # another program may have taken the crashed instance's port meanwhile
-                kwargs["find_free_port"] = True
-            return open_unity(source, **kwargs)
-        if callable(source):
-            env = source()
-            if not isinstance(env, BaseEnv):
-                raise UnityConfigurationError(
-                    f"the factory for Unity worker {worker_id} returned {type(env).__name__}, not a BaseEnv"
-                )
-            return env
-        raise UnityConfigurationError(
-            f"cannot open {source!r}: pass a BaseEnv, a target string for open_unity, or a factory"
-        )
+        return open_source(source, worker_id, self.open_kwargs, restart=restart)
 
     def _open_all(self, sources: list[EnvSource]) -> None:
         for i, source in enumerate(sources):

@@ -57,7 +57,7 @@ import contextlib
 import re
 import threading
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
@@ -75,13 +75,13 @@ from unity_sb3.wrappers._lockstep_barrier import (
 )
 from unity_sb3.wrappers._lockstep_proxy import ProxySource
 from unity_sb3.wrappers.behavior import split_behavior_name
+from unity_sb3.wrappers.instances import EnvSource, open_source
 from unity_sb3.wrappers.vec_env import UnityVecEnv
 
 from mlagents_envs.base_env import BaseEnv  # isort: skip
 
 __all__ = ["LockstepUnity", "UnityLockstepCrash", "UnityLockstepError", "behavior_dir"]
 
-EnvSource = BaseEnv | str | Callable[[], BaseEnv]
 _REFUSED_VIEW_KWARGS = {
     "other_behaviors": "agents no view owns are answered by LockstepUnity.set_answerer(behavior, fn)",
     "open_kwargs": "pass open_kwargs to LockstepUnity, which opens the instances",
@@ -174,26 +174,7 @@ class LockstepUnity:
         ]
 
     def _open(self, source: EnvSource, worker_id: int, restart: bool = False) -> BaseEnv:
-        if isinstance(source, BaseEnv):
-            return source
-        if isinstance(source, str):
-            from unity_sb3.open import open_unity
-
-            base = self.open_kwargs.get("worker_id", 0)
-            kwargs = {**self.open_kwargs, "worker_id": base + worker_id}
-            if restart:  # another program may have taken the crashed instance's port meanwhile
-                kwargs["find_free_port"] = True
-            return open_unity(source, **kwargs)
-        if callable(source):
-            env = source()
-            if not isinstance(env, BaseEnv):
-                raise UnityConfigurationError(
-                    f"the factory for Unity worker {worker_id} returned {type(env).__name__}, not a BaseEnv"
-                )
-            return env
-        raise UnityConfigurationError(
-            f"cannot open {source!r}: pass a BaseEnv, a target string for open_unity, or a factory"
-        )
+        return open_source(source, worker_id, self.open_kwargs, restart=restart)
 
     # ------------------------------------------------------------------ names
     @property
