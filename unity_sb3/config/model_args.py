@@ -56,6 +56,29 @@ def _auto_policy(observation_space: Any, algo: str = "") -> str:
     return name
 
 
+def _entity_extractor_by_default(policy: Any, kwargs: dict[str, Any], observation_space: Any) -> None:
+    """A ``MultiInput...`` policy over a ``Dict`` with a variable-length (rank-2, ``BufferSensor``)
+    observation gets :class:`~unity_sb3.networks.extractors.UnityMultiInputExtractor` (ML-Agents'
+    entity attention) unless the arguments name a features extractor: SB3's ``CombinedExtractor``
+    would pad and flatten the entities without saying so."""
+    from gymnasium import spaces
+
+    if not (isinstance(policy, str) and policy.startswith("MultiInput")):
+        return
+    if not isinstance(observation_space, spaces.Dict):
+        return
+    if not any(isinstance(s, spaces.Box) and len(s.shape) == 2 for s in observation_space.spaces.values()):
+        return
+    policy_kwargs = dict(kwargs.get("policy_kwargs") or {})
+    if "features_extractor_class" in policy_kwargs:
+        return
+    from unity_sb3.networks.extractors import UnityMultiInputExtractor
+
+    policy_kwargs["features_extractor_class"] = UnityMultiInputExtractor
+    kwargs["policy_kwargs"] = policy_kwargs
+    print("variable-length observation: UnityMultiInputExtractor (ML-Agents' entity attention) encodes it")
+
+
 def prepare_model_args(
     algo: str, policy: Any, hyperparams: Mapping[str, Any], env: Any
 ) -> tuple[Any, dict[str, Any]]:
@@ -64,7 +87,8 @@ def prepare_model_args(
     Resolves ``mlagents_per_slot`` against ``env.num_envs`` (PPO/POCA/RecurrentPPO
     ``buffer_size`` -> ``n_steps``; SAC ``steps_per_update`` -> ``train_freq`` and
     ``gradient_steps``), linear schedule strings, ``policy_kwargs`` strings,
-    ``policy="auto"`` (``...LstmPolicy`` for RecurrentPPO) and ``mlagents_network`` (ML-Agents'
+    ``policy="auto"`` (``...LstmPolicy`` for RecurrentPPO), ML-Agents' entity attention for a
+    ``MultiInput`` policy over a variable-length observation, and ``mlagents_network`` (ML-Agents'
     goal conditioning against the env's goal-signal observations, see
     :func:`unity_sb3.config.mlagents_network.resolve_mlagents_network`).
 
@@ -113,6 +137,7 @@ def prepare_model_args(
         kwargs["policy_kwargs"] = parse_policy_kwargs(kwargs["policy_kwargs"])
     if policy == "auto":
         policy = _auto_policy(env.observation_space, algo)
+    _entity_extractor_by_default(policy, kwargs, env.observation_space)
     if network is not None:
         from unity_sb3.config.mlagents_network import resolve_mlagents_network
 
