@@ -475,7 +475,7 @@ def test_ppo_with_behavioral_cloning_term_logs_anneals_and_saves(ball_demo: str,
         "MlpPolicy", env, n_steps=32, batch_size=128, n_epochs=2, seed=0, device="cpu", behavioral_cloning=bc
     )
     module = model._bc
-    assert module.settings["num_epoch"] == 2  # PPO's n_epochs by default
+    assert module.settings["num_epoch"] == 3  # ML-Agents' default_num_epoch, not PPO's n_epochs
     before = actor_state(model)
     model.learn(32 * 12 * 3)
     assert module.n_updates == 3
@@ -508,11 +508,82 @@ def test_sac_with_behavioral_cloning_term(ball_demo: str) -> None:
         device="cpu",
         behavioral_cloning={"demo_path": ball_demo},
     )
-    assert model._bc.settings["num_epoch"] == 1 and model._bc.settings["samples_per_update"] == 32
+    assert model._bc.settings["num_epoch"] == 3 and model._bc.settings["samples_per_update"] == 0
     model.learn(72)
     assert model._bc.n_updates > 0
     assert "behavioral_cloning/loss" in model.logger.name_to_value
     env.close()
+
+
+@pytest.mark.parametrize(
+    ("n", "batch_size", "num_epoch", "samples_per_update", "sequence_length", "expected"),
+    [
+        (100, 8, 3, 0, 1, 36),  # 3 passes of the 12 full minibatches; the last 4 steps are skipped
+        (100, 8, 3, 40, 1, 15),  # capped at 40 // 8 = 5 per pass
+        (100, 8, 3, 400, 1, 36),  # a cap above the demo caps nothing
+        (100, 8, 1, 4, 1, 12),  # below one minibatch: 4 // 8 = 0 reads as no cap
+        (5, 64, 3, 0, 1, 3),  # a demo smaller than the batch is one minibatch
+        (64, 32, 1, 0, 16, 2),  # 4 sequences of 16, 2 per minibatch
+        (0, 8, 3, 0, 1, 0),
+    ],
+)
+def test_minibatches_per_update_is_ml_agents_bc_rule(
+    n: int, batch_size: int, num_epoch: int, samples_per_update: int, sequence_length: int, expected: int
+) -> None:
+    """Expected counts worked by hand from ML-Agents' ``BCModule.update`` (``components/bc/module.py``)."""
+    from unity_sb3.algorithms.bc.online import minibatches_per_update
+
+    assert minibatches_per_update(n, batch_size, num_epoch, samples_per_update, sequence_length) == expected
+
+
+@pytest.mark.parametrize(
+    ("settings", "per_gradient_step"),
+    [
+        ({}, 36),  # ML-Agents' defaults: 3 passes over the 12 full minibatches of 100 demo steps
+        ({"samples_per_update": 40}, 15),
+        ({"num_epoch": 1, "batch_size": 32}, 3),
+    ],
+)
+@pytest.mark.parametrize("variant", ["plain", "signals", "discrete"])
+def test_sac_runs_ml_agents_bc_minibatches_per_gradient_step(
+    settings: dict, per_gradient_step: int, variant: str
+) -> None:
+    """ML-Agents' SAC trainer calls ``bc_module.update()`` once per SAC update; with SAC's batch of
+    8 and a 100-step demo that update runs ``num_epoch`` passes of the full minibatches."""
+    rng = np.random.default_rng(0)
+    obs = rng.normal(size=(100, 4)).astype(np.float32)
+    if variant == "discrete":
+        action_space: spaces.Space = spaces.Discrete(3)
+        actions = obs[:, :3].argmax(axis=1)
+    else:
+        action_space = spaces.Box(-1.0, 1.0, (2,), np.float32)
+        actions = np.tanh(obs[:, :2])
+    model = SAC(
+        "MlpPolicy",
+        fixed_env(spaces.Box(-np.inf, np.inf, (4,), np.float32), action_space),
+        batch_size=8,
+        learning_starts=16,
+        seed=0,
+        device="cpu",
+        policy_kwargs={"net_arch": [8]},
+        reward_signals={"extrinsic": {}} if variant == "signals" else None,
+        behavioral_cloning={"demonstrations": {"observations": obs, "actions": actions}, **settings},
+    )
+    model.learn(16)  # fills the replay buffer, no gradient step yet
+    steps = []
+    step = model._bc.optimizer.step
+    model._bc.optimizer.step = lambda *args, **kwargs: steps.append(1) or step(*args, **kwargs)
+    model.train(gradient_steps=3, batch_size=8)
+    assert model._bc.n_updates == 3
+    assert len(steps) == 3 * per_gradient_step
+
+
+def test_samples_per_update_below_the_batch_warns_that_it_caps_nothing() -> None:
+    env = fixed_env(spaces.Box(-np.inf, np.inf, (4,), np.float32), spaces.Discrete(3))
+    bc = {"demonstrations": discrete_arrays(n=100), "batch_size": 8, "samples_per_update": 4}
+    with pytest.warns(UserWarning, match="samples_per_update=4 is below batch_size=8"):
+        model = PPO("MlpPolicy", env, n_steps=16, batch_size=16, device="cpu", behavioral_cloning=bc)
+    assert model._bc._per_pass == 12
 
 
 @pytest.mark.parametrize(

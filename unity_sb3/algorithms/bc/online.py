@@ -4,8 +4,10 @@
 :class:`BehavioralCloning` through :func:`make_bc_module` (the hook in
 :mod:`unity_sb3.algorithms.mixin`). As in ML-Agents (``components/bc/module.py``), it has its
 own Adam optimizer over the actor's parameters and runs its own minibatches of demo data after
-each policy update. Its learning rate is ``strength`` times the algorithm's *initial* learning
-rate (``lr_schedule(1)``, ML-Agents' ``policy_learning_rate``), annealed linearly to zero over
+each policy update: once per PPO update, once per SAC gradient step (ML-Agents' SAC trainer calls
+``bc_module.update()`` once per SAC update round). Its learning rate is ``strength`` times the
+algorithm's *initial* learning rate (``lr_schedule(1)``, ML-Agents' ``policy_learning_rate``),
+annealed linearly to zero over
 ``steps`` environment steps by BC's own schedule; the algorithm's schedule does not apply to it
 (a translated YAML with a linear ``learning_rate_schedule`` would otherwise decay BC twice).
 
@@ -17,10 +19,17 @@ Settings (ML-Agents' ``BehavioralCloningSettings`` names and defaults, plus two 
 - ``strength`` (1.0): BC learning rate = ``strength`` * the algorithm's initial learning rate;
 - ``steps`` (0): anneal ``strength`` linearly to 0 over this many environment steps; 0 = constant;
 - ``batch_size`` (None): demo transitions per minibatch; default: the algorithm's ``batch_size``;
-- ``num_epoch`` (None): passes per update; default: PPO's ``n_epochs``, 1 for SAC;
-- ``samples_per_update`` (None): demo transitions per pass, 0 = all of them; default: 0 for PPO,
-  and one minibatch for SAC (whose update runs after every gradient step);
+- ``num_epoch`` (None): passes per update; default 3 for PPO and SAC alike (ML-Agents'
+  ``default_num_epoch``; it does not follow the trainer's ``num_epoch``);
+- ``samples_per_update`` (0): demo transitions per pass, 0 = all of them;
 - ``loss`` (ours, ``"auto"``): see :mod:`unity_sb3.algorithms.bc.adapters`.
+
+Each update runs :func:`minibatches_per_update` minibatches, ML-Agents' ``BCModule.update`` rule:
+per pass ``n // batch`` full minibatches of the shuffled demo (the remainder is skipped), capped at
+``samples_per_update // batch`` when that is above 0. A ``samples_per_update`` below ``batch_size``
+therefore means the whole demo, as in ML-Agents (a warning says so). With the defaults, SAC runs
+``3 * (n // batch_size)`` BC minibatches per gradient step, as ML-Agents does; set
+``samples_per_update`` to cap that on a large demo.
 
 The settings and the optimizer state are saved and loaded with the model; the demo data is
 not. A loaded model reads ``demo_path`` again (a missing file only warns at load time, and is
@@ -45,7 +54,7 @@ from unity_sb3.algorithms.bc.data import BCData, bc_data
 from unity_sb3.algorithms.bc.pretrain import Sampler, _weighted_mean
 from unity_sb3.algorithms.reward_signals.settings import RewardSignalConfigError, check_keys
 
-__all__ = ["BC_DEFAULTS", "BehavioralCloning", "make_bc_module"]
+__all__ = ["BC_DEFAULTS", "BehavioralCloning", "make_bc_module", "minibatches_per_update"]
 
 BC_DEFAULTS: dict[str, Any] = {
     "demo_path": None,
@@ -54,10 +63,35 @@ BC_DEFAULTS: dict[str, Any] = {
     "steps": 0,
     "batch_size": None,
     "num_epoch": None,
-    "samples_per_update": None,
+    "samples_per_update": 0,
     "loss": "auto",
 }
+DEFAULT_NUM_EPOCH = 3  # ML-Agents' ``default_num_epoch`` for every trainer (``torch_optimizer.py``)
 _MIN_LEARNING_RATE = 1e-10  # ML-Agents stops updating below this
+
+
+def minibatches_per_update(
+    n_experiences: int, batch_size: int, num_epoch: int, samples_per_update: int, sequence_length: int = 1
+) -> int:
+    """How many BC minibatches one update runs: ML-Agents' ``BCModule.update`` rule.
+
+    A minibatch holds ``max(min(batch_size, n) // L, 1)`` sequences of ``L`` steps (one step each
+    without memory). A pass takes every full minibatch of the shuffled demo, at most
+    ``samples_per_update // <sequences per minibatch>`` of them when that is above 0 (so a
+    ``samples_per_update`` below the minibatch means no cap), then ``// L`` of those.
+
+    :param n_experiences: demo steps (with memory: sequences * ``sequence_length``, padding included).
+    :param batch_size: demo steps per minibatch.
+    :param num_epoch: passes per update.
+    :param samples_per_update: cap on demo steps per pass; 0 = no cap.
+    :param sequence_length: steps per sequence (1 without memory).
+    :return: minibatches per update (0 for an empty demo).
+    """
+    n_sequences = max(min(batch_size, n_experiences) // sequence_length, 1)
+    possible = n_experiences // n_sequences
+    cap = samples_per_update // n_sequences
+    per_pass = possible if cap == 0 else min(possible, cap)
+    return num_epoch * (per_pass // sequence_length)
 
 
 def parse_bc_settings(config: Mapping[str, Any], algorithm: Any) -> dict[str, Any]:
@@ -82,17 +116,23 @@ def parse_bc_settings(config: Mapping[str, Any], algorithm: Any) -> dict[str, An
     s["strength"] = validation.number(
         s["strength"], f"{where}.strength", low=0, error=RewardSignalConfigError
     )
-    is_sac = hasattr(algorithm, "actor") and not hasattr(algorithm, "n_epochs")
     defaults = {
         "batch_size": int(getattr(algorithm, "batch_size", 64) or 64),
-        "num_epoch": 1 if is_sac else int(getattr(algorithm, "n_epochs", 1)),
+        "num_epoch": DEFAULT_NUM_EPOCH,
+        "samples_per_update": 0,
     }
-    defaults["samples_per_update"] = defaults["batch_size"] if is_sac else 0
     for key, low in (("steps", 0), ("batch_size", 1), ("num_epoch", 1), ("samples_per_update", 0)):
         value = s[key] if s[key] is not None else defaults[key]
         if not validation.is_int(value) or value < low:
             raise RewardSignalConfigError(f"{where}.{key} must be an integer >= {low}, got {value!r}.")
         s[key] = int(value)
+    if 0 < s["samples_per_update"] < s["batch_size"]:
+        warnings.warn(
+            f"{where}.samples_per_update={s['samples_per_update']} is below batch_size={s['batch_size']}: "
+            "as in ML-Agents it caps nothing and every update passes over the whole demo. "
+            "Set it to a multiple of batch_size to cap the minibatches per update.",
+            stacklevel=2,
+        )
     validation.choice(s["loss"], LOSS_KINDS, f"{where}.loss", RewardSignalConfigError)
     return s
 
@@ -110,6 +150,7 @@ class BehavioralCloning:
         self.adapter = make_adapter(algorithm, self.settings["loss"])
         self.n_updates = 0
         self._sampler: Sampler | None = None
+        self._per_pass = 0
         self._rng = np.random.default_rng(getattr(algorithm, "seed", None))
         params = reached_parameters(
             self.adapter.actor_loss(self._probe_batch()).mean(), self.adapter.actor_modules()
@@ -147,6 +188,7 @@ class BehavioralCloning:
                 source = self.settings["demo_path"]
             data = bc_data(self.algorithm, source)
             self._sampler = Sampler(self.adapter, data, self.settings["batch_size"], sequence_length=16)
+            self._per_pass = self._minibatches_per_pass(self._sampler)
         return self._sampler.data
 
     def base_learning_rate(self) -> float:
@@ -175,14 +217,12 @@ class BehavioralCloning:
         for group in self.optimizer.param_groups:
             group["lr"] = learning_rate
         everything = np.arange(len(sampler.data))
-        limit = self.settings["samples_per_update"]
-        batch_size = self.settings["batch_size"]
-        max_batches = max(1, limit // batch_size) if limit > 0 else None
+        per_pass = self._per_pass
         losses = []
         self.algorithm.policy.set_training_mode(True)
         for _ in range(self.settings["num_epoch"]):
             for k, (batch, _rows) in enumerate(sampler.minibatches(everything, self._rng)):
-                if max_batches is not None and k >= max_batches:
+                if k >= per_pass:
                     break
                 loss = _weighted_mean(self.adapter.actor_loss(batch), batch.valid)
                 self.optimizer.zero_grad()
@@ -190,7 +230,16 @@ class BehavioralCloning:
                 self.optimizer.step()
                 losses.append(loss.item())
         self.n_updates += 1
-        return {"loss": float(np.mean(losses)), "strength": strength, "learning_rate": learning_rate}
+        loss_mean = float(np.mean(losses)) if losses else 0.0
+        return {"loss": loss_mean, "strength": strength, "learning_rate": learning_rate}
+
+    def _minibatches_per_pass(self, sampler: Sampler) -> int:
+        """Minibatches each of the ``num_epoch`` passes runs (:func:`minibatches_per_update`, one pass)."""
+        length = sampler.sequence_length if self.adapter.recurrent else 1
+        n_experiences = len(sampler.units(np.arange(len(sampler.data)))) * length
+        return minibatches_per_update(
+            n_experiences, self.settings["batch_size"], 1, self.settings["samples_per_update"], length
+        )
 
     # --- saved with the model (``_get_torch_save_params`` of the project's PPO/SAC)
     def state_dict(self) -> dict[str, Any]:
