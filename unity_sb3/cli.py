@@ -222,10 +222,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
     if args.command == "eval":
         if args.opponent is not None:
-            from unity_sb3.run_matches import evaluate_matches_from_args
+            from unity_sb3.run_eval import evaluate_matches_from_args
 
             return evaluate_matches_from_args(args)
-        from unity_sb3.run import evaluate_from_args
+        from unity_sb3.run_eval import evaluate_from_args
 
         return evaluate_from_args(args)
     if args.command == "scenes":

@@ -1,4 +1,5 @@
-"""Training and evaluation runs: what ``unity-sb3 train`` / ``eval`` do, usable from Python.
+"""Training runs: what ``unity-sb3 train`` does for one behavior, usable from Python
+(``unity-sb3 eval`` is :mod:`unity_sb3.run_eval`; several behaviors and self-play :mod:`unity_sb3.run_behaviors`).
 
 A run lives in ``results/<run-id>/``:
 
@@ -40,7 +41,6 @@ from unity_sb3.callbacks.curriculum import (
     save_curriculum_state,
 )
 from unity_sb3.config.hyperparams import load_hyperparams
-from unity_sb3.slots import predict_masks
 from unity_sb3.validation import flag
 from unity_sb3.wrappers.restarts import RESTART_SETTINGS, RestartPolicy
 
@@ -627,73 +627,5 @@ def train_from_args(args: argparse.Namespace) -> int:
         device=args.device,
         verbose=args.verbose,
         num_threads=args.num_threads or None,
-    )
-    return 0
-
-
-def evaluate(
-    model_path: str | Path,
-    config: RunConfig,
-    episodes: int = 20,
-    deterministic: bool = True,
-    gif: str | Path | None = None,
-) -> tuple[float, float]:
-    """Run ``episodes`` complete episodes (over all slots) and return mean and std episode reward."""
-    import numpy as np
-
-    from unity_sb3.algorithms.registry import algorithm_class
-
-    model = algorithm_class(config.algo).load(model_path, device="cpu")
-    env = make_vec_env(config)
-    frames = []
-    try:
-        stats = Path(model_path).parent / "vecnormalize.pkl"
-        if config.normalize and stats.exists():
-            from stable_baselines3.common.vec_env import VecNormalize
-
-            env = VecNormalize.load(str(stats), env)
-            env.training = False
-            env.norm_reward = False
-        obs = env.reset()
-        returns: list[float] = []
-        state = None
-        starts = np.ones(env.num_envs, dtype=bool)
-        while len(returns) < episodes:
-            action, state = model.predict(obs, state, starts, deterministic, **predict_masks(model, env))
-            obs, _, dones, infos = env.step(action)
-            starts = dones
-            if gif is not None and len(frames) < 300:
-                frame = env.render(mode="rgb_array") if hasattr(env, "render") else None
-                if frame is not None:
-                    frames.append(frame)
-            returns.extend(info["episode"]["r"] for info in infos if "episode" in info)
-    finally:
-        env.close()
-    if gif is not None and frames:
-        from PIL import Image
-
-        images = [Image.fromarray(f) for f in frames]
-        images[0].save(gif, save_all=True, append_images=images[1:], duration=50, loop=0)
-    values = np.asarray(returns[:episodes])
-    return float(values.mean()), float(values.std())
-
-
-def evaluate_from_args(args: argparse.Namespace) -> int:
-    model_path = Path(args.model)
-    run_dir = model_path if model_path.is_dir() else model_path.parent
-    if model_path.is_dir():
-        model_path = model_path / MODEL_FILE
-    saved = run_dir / CONFIG_FILE
-    config = RunConfig(**yaml.safe_load(saved.read_text())) if saved.exists() else RunConfig()
-    if args.env:
-        config.env = args.env
-    if args.algo:
-        config.algo = args.algo
-    config.seed = args.seed
-    config.num_envs = 1
-    config.transport = args.transport
-    mean, std = evaluate(model_path, config, args.episodes, deterministic=not args.stochastic, gif=args.gif)
-    print(
-        f"{config.algo} on {config.env}: mean reward {mean:.2f} +/- {std:.2f} over {args.episodes} episodes"
     )
     return 0

@@ -1,6 +1,7 @@
-"""``unity-sb3 eval MODEL --opponent ...``: a trained model against another player on a competitive scene.
+"""``unity-sb3 eval``: a trained model's mean episode reward, or its games against another player.
 
-::
+``unity-sb3 eval MODEL`` runs complete episodes and reports the mean reward (:func:`evaluate`).
+With ``--opponent``, the model plays against another player on a competitive scene::
 
     unity-sb3 eval results/Tennis_ppo/Tennis --opponent random --episodes 100
     unity-sb3 eval results/Tennis_ppo/Tennis --opponent results/Tennis_ppo/Tennis/checkpoints/checkpoint_100000_steps.zip
@@ -25,7 +26,8 @@ from typing import Any
 
 import yaml
 
-from unity_sb3.run import CONFIG_FILE, MODEL_FILE, RunConfig, unity_open_kwargs
+from unity_sb3.run import CONFIG_FILE, MODEL_FILE, RunConfig, make_vec_env, unity_open_kwargs
+from unity_sb3.slots import predict_masks
 
 __all__ = ["evaluate_matches_from_args", "load_player_model"]
 
@@ -165,3 +167,71 @@ def _opponent(spec: str, model: Any, env: Any, deterministic: bool) -> Any:
     return lambda name: policy_player(
         other, view_spec(env, name), vec_normalize=normalize, deterministic=deterministic
     )
+
+
+def evaluate(
+    model_path: str | Path,
+    config: RunConfig,
+    episodes: int = 20,
+    deterministic: bool = True,
+    gif: str | Path | None = None,
+) -> tuple[float, float]:
+    """Run ``episodes`` complete episodes (over all slots) and return mean and std episode reward."""
+    import numpy as np
+
+    from unity_sb3.algorithms.registry import algorithm_class
+
+    model = algorithm_class(config.algo).load(model_path, device="cpu")
+    env = make_vec_env(config)
+    frames = []
+    try:
+        stats = Path(model_path).parent / "vecnormalize.pkl"
+        if config.normalize and stats.exists():
+            from stable_baselines3.common.vec_env import VecNormalize
+
+            env = VecNormalize.load(str(stats), env)
+            env.training = False
+            env.norm_reward = False
+        obs = env.reset()
+        returns: list[float] = []
+        state = None
+        starts = np.ones(env.num_envs, dtype=bool)
+        while len(returns) < episodes:
+            action, state = model.predict(obs, state, starts, deterministic, **predict_masks(model, env))
+            obs, _, dones, infos = env.step(action)
+            starts = dones
+            if gif is not None and len(frames) < 300:
+                frame = env.render(mode="rgb_array") if hasattr(env, "render") else None
+                if frame is not None:
+                    frames.append(frame)
+            returns.extend(info["episode"]["r"] for info in infos if "episode" in info)
+    finally:
+        env.close()
+    if gif is not None and frames:
+        from PIL import Image
+
+        images = [Image.fromarray(f) for f in frames]
+        images[0].save(gif, save_all=True, append_images=images[1:], duration=50, loop=0)
+    values = np.asarray(returns[:episodes])
+    return float(values.mean()), float(values.std())
+
+
+def evaluate_from_args(args: argparse.Namespace) -> int:
+    model_path = Path(args.model)
+    run_dir = model_path if model_path.is_dir() else model_path.parent
+    if model_path.is_dir():
+        model_path = model_path / MODEL_FILE
+    saved = run_dir / CONFIG_FILE
+    config = RunConfig(**yaml.safe_load(saved.read_text())) if saved.exists() else RunConfig()
+    if args.env:
+        config.env = args.env
+    if args.algo:
+        config.algo = args.algo
+    config.seed = args.seed
+    config.num_envs = 1
+    config.transport = args.transport
+    mean, std = evaluate(model_path, config, args.episodes, deterministic=not args.stochastic, gif=args.gif)
+    print(
+        f"{config.algo} on {config.env}: mean reward {mean:.2f} +/- {std:.2f} over {args.episodes} episodes"
+    )
+    return 0
