@@ -161,6 +161,16 @@ def test_demo_path_override_replaces_every_demo(tmp_path: Path) -> None:
         ("ppo/3DBall_randomize.yaml", "Ball3D", "ppo"),  # environment parameters (samplers)
         ("ppo/Pyramids.yaml", "PyramidsLite", "ppo"),  # curiosity
         ("sac/3DBall.yaml", "Ball3D", "sac"),
+        # Unity's other SAC configs, each on an embedded scene with the same kind of actions
+        ("sac/3DBallHard.yaml", "Ball3D", "sac"),
+        ("sac/Crawler.yaml", "Ball3D", "sac"),
+        ("sac/Walker.yaml", "Ball3D", "sac"),
+        ("sac/Worm.yaml", "Ball3D", "sac"),
+        ("sac/Basic.yaml", "Basic", "sac"),  # discrete
+        ("sac/GridWorld.yaml", "GridWorld", "sac"),  # discrete, masks, goal signal
+        ("sac/PushBlock.yaml", "Basic", "sac"),
+        ("sac/FoodCollector.yaml", "GridWorld", "sac"),
+        ("sac/Hallway.yaml", "Basic", "sac"),  # its memory section is unhonoured (no recurrent SAC)
     ],
 )
 def test_unity_config_trains_unchanged_on_the_embedded_scene(
@@ -186,4 +196,6 @@ def test_unity_config_trains_unchanged_on_the_embedded_scene(
     model = algorithm_class(algo).load(tmp_path / "run" / "model.zip")
     if scene == "GridWorld":
         assert "goal signals GoalSensor condition" in capsys.readouterr().out
-        assert model.policy.features_extractor.goal_keys == ["GoalSensor"]
+        # SAC's actor and critics have extractors of their own
+        extractor = model.policy.features_extractor or model.policy.actor.features_extractor
+        assert extractor.goal_keys == ["GoalSensor"]
