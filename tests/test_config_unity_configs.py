@@ -199,3 +199,25 @@ def test_unity_config_trains_unchanged_on_the_embedded_scene(
         # SAC's actor and critics have extractors of their own
         extractor = model.policy.features_extractor or model.policy.actor.features_extractor
         assert extractor.goal_keys == ["GoalSensor"]
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::unity_sb3.config.mlagents_schema.MLAgentsConfigWarning")
+def test_pyramids_sac_config_trains_with_its_gail_demo_replaced(tmp_path: Path) -> None:
+    """Unity's sac/Pyramids.yaml (extrinsic + GAIL) unchanged, its demo replaced with --demo-path."""
+    from unity_sb3.algorithms.registry import algorithm_class
+    from unity_sb3.cli import main
+    from unity_sb3.demos.reader import record_demo
+    from unity_sb3.scenes import make_scene
+
+    demo = tmp_path / "ExpertPyramidsLite.demo"
+    scene = make_scene("PyramidsLite", seed=7)
+    name = next(iter(scene.behavior_specs))
+    record_demo(scene, name, lambda s: scene.expert_actions(name, s), str(demo), n_episodes=5)
+    scene.close()
+    args = ["train", "--env", "PyramidsLite", "--config", str(CONFIGS / "sac/Pyramids.yaml")]
+    args += ["--demo-path", str(demo), "--results-dir", str(tmp_path), "--run-id", "run"]
+    args += ["--n-timesteps", "300", "--num-envs", "1", "--no-progress", "--transport", "inprocess"]
+    assert main(args) == 0
+    model = algorithm_class("sac").load(tmp_path / "run" / "model.zip")
+    assert set(model.reward_signals) == {"extrinsic", "gail"}

@@ -70,6 +70,10 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--config", help="hyperparameters: an RL Zoo style YAML or an ML-Agents trainer YAML")
     p.add_argument("--behavior", help="behavior name (when the scene has several)")
+    p.add_argument(
+        "--demo-path",
+        help="a .demo file or folder that replaces every demo_path of the ML-Agents YAML (GAIL, behavioral_cloning)",
+    )
     p.add_argument("--n-timesteps", type=int, help="agent-steps to train for (overrides the config)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(

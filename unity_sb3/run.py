@@ -543,7 +543,9 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     ``summary_freq``, or top-level keys of a flat file); the command-line flags override them.
     """
     _default_env_and_algo(args)
-    hyper = load_hyperparams(args.algo, args.env, args.config, behavior=args.behavior)
+    hyper = load_hyperparams(
+        args.algo, args.env, args.config, behavior=args.behavior, demo_path=getattr(args, "demo_path", None)
+    )
     algo = hyper.pop("algo", args.algo)  # an ML-Agents config names its trainer_type
     if algo != args.algo:
         print(f"The ML-Agents config's trainer_type selects {algo} (instead of --algo {args.algo}).")

@@ -32,14 +32,19 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
 
 
 def load_hyperparams(
-    algo: str, env: str, config: str | Path | None = None, behavior: str | None = None
+    algo: str,
+    env: str,
+    config: str | Path | None = None,
+    behavior: str | None = None,
+    demo_path: str | Path | None = None,
 ) -> dict[str, Any]:
     """Hyperparameters for ``algo`` on ``env``: the shipped defaults, then ``config`` on top.
 
     ``config`` may be an RL Zoo style file (``{gym_id: {...}}``), a flat mapping of settings, or
     an ML-Agents trainer config (it has ``behaviors:``; see :mod:`unity_sb3.config.mlagents`):
     that one replaces the shipped defaults, prints its mapping, and adds ``algo`` (from the
-    behavior's ``trainer_type``) to the result. ``behavior`` picks one of its behaviors.
+    behavior's ``trainer_type``) to the result. ``behavior`` picks one of its behaviors;
+    ``demo_path`` replaces every ``demo_path`` of its GAIL and behavioral cloning sections.
 
     :return: a dict with ``n_timesteps``, ``policy``, ``normalize`` and constructor arguments.
         ``policy_kwargs`` stays as written (RL Zoo's expression string, or a mapping) so the
@@ -56,7 +61,7 @@ def load_hyperparams(
         if "behaviors" in data:
             from unity_sb3.config.mlagents import load_mlagents_hyperparams
 
-            return load_mlagents_hyperparams(data, behavior=behavior, env=env)
+            return load_mlagents_hyperparams(data, behavior=behavior, env=env, demo_path=demo_path)
         if key in data:
             params.update(data[key])
         elif any("/" in k or k.endswith("-v0") for k in data):
