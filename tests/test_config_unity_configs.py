@@ -77,6 +77,8 @@ EXPECTED_UNHONORED: dict[tuple[str, str], set[str]] = {
     ("sac/PushBlock.yaml", "PushBlock"): set(),
     ("sac/Pyramids.yaml", "Pyramids"): set(),
     ("sac/Walker.yaml", "Walker"): set(),
+    ("sac/WallJump.yaml", "BigWallJump"): {THREADED},  # its output_path: default is honoured
+    ("sac/WallJump.yaml", "SmallWallJump"): {THREADED},
     ("sac/Worm.yaml", "Worm"): set(),
 }
 
@@ -171,6 +173,7 @@ def test_demo_path_override_replaces_every_demo(tmp_path: Path) -> None:
         ("sac/PushBlock.yaml", "Basic", "sac"),
         ("sac/FoodCollector.yaml", "GridWorld", "sac"),
         ("sac/Hallway.yaml", "Basic", "sac"),  # its memory section is unhonoured (no recurrent SAC)
+        ("sac/WallJump.yaml", "Basic", "sac"),  # BigWallJump, with ML-Agents' output_path key
     ],
 )
 def test_unity_config_trains_unchanged_on_the_embedded_scene(
@@ -192,6 +195,12 @@ def test_unity_config_trains_unchanged_on_the_embedded_scene(
         "--transport",
         "inprocess",
     ]
+    data = yaml.safe_load((CONFIGS / name).read_text())
+    if len(data["behaviors"]) > 1:  # none is the scene's: the first behavior's section, unchanged, alone
+        first = next(iter(data["behaviors"]))
+        data["behaviors"] = {first: data["behaviors"][first]}
+        (tmp_path / "one.yaml").write_text(yaml.safe_dump(data))
+        args[args.index(str(CONFIGS / name))] = str(tmp_path / "one.yaml")
     assert main(args) == 0
     model = algorithm_class(algo).load(tmp_path / "run" / "model.zip")
     if scene == "GridWorld":

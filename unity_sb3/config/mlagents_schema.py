@@ -35,6 +35,7 @@ TRAINER_KEYS = (
     "reward_signals",
     "behavioral_cloning",
     "init_path",
+    "output_path",
     "keep_checkpoints",
     "checkpoint_interval",
     "max_steps",

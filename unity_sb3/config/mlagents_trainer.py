@@ -395,6 +395,11 @@ def _map_trainer_misc(m: _Mapper, settings: Mapping[str, Any]) -> None:
         m.run.cadence[target] = int(value)
         m.row(key, int(value), f"unity-sb3 train {target}={int(value)}", note)
     _map_self_play(m, settings.get("self_play"))
+    output = settings.get("output_path")
+    if output == "default":  # what ML-Agents' config upgrade writes: the run's own results folder
+        m.row("output_path", output, "results/<run-id>/", "the run folder (--results-dir, --run-id)")
+    elif output is not None:
+        m.ignore("output_path", output, "unity-sb3 train writes under --results-dir/--run-id; pass those")
     ignored = {
         "threaded": "SB3 collects and updates in one thread",
         "init_path": "load the model with ALGO.load(path) and continue with learn()",
