@@ -48,7 +48,8 @@ def stored_action_space(action_space: spaces.Space) -> spaces.Space:
 
 
 class _MasksMixin:
-    """The masks' storage, shared by the vector and the ``Dict`` observation buffers.
+    """The masks' storage, shared by the vector and the ``Dict`` observation buffers: the buffer
+    stores actions in :func:`stored_action_space` and each ``add`` writes the pending masks.
 
     Before each ``add`` the algorithm calls :meth:`set_masks` with the masks of the ``n_envs``
     observations and next observations; ``add`` stores them in the row it writes.
@@ -57,6 +58,16 @@ class _MasksMixin:
     buffer_size: int
     n_envs: int
     pos: int
+
+    def __init__(
+        self, buffer_size: int, observation_space: spaces.Space, action_space: spaces.Space, *args, **kwargs
+    ):
+        super().__init__(buffer_size, observation_space, stored_action_space(action_space), *args, **kwargs)  # type: ignore[call-arg]
+        self._init_masks(action_space)
+
+    def add(self, obs, next_obs, action, reward, done, infos) -> None:
+        self._store_masks()
+        super().add(obs, next_obs, action, reward, done, infos)  # type: ignore[misc]
 
     def _init_masks(self, action_space: spaces.Space) -> None:
         self.mask_size = int(sum(action_layout(action_space)[1]))
@@ -94,16 +105,6 @@ class MaskedReplayBuffer(_MasksMixin, ReplayBuffer):
     ``MultiDiscrete`` or hybrid ``Tuple``).
     """
 
-    def __init__(
-        self, buffer_size: int, observation_space: spaces.Space, action_space: spaces.Space, *args, **kwargs
-    ):
-        super().__init__(buffer_size, observation_space, stored_action_space(action_space), *args, **kwargs)
-        self._init_masks(action_space)
-
-    def add(self, obs, next_obs, action, reward, done, infos) -> None:  # type: ignore[override]
-        self._store_masks()
-        super().add(obs, next_obs, action, reward, done, infos)
-
     def _get_samples(
         self, batch_inds: np.ndarray, env: VecNormalize | None = None
     ) -> MaskedReplayBufferSamples:  # type: ignore[override]
@@ -134,16 +135,6 @@ class MaskedReplayBuffer(_MasksMixin, ReplayBuffer):
 
 class MaskedDictReplayBuffer(_MasksMixin, DictReplayBuffer):
     """SB3's ``DictReplayBuffer`` plus the masks of ``obs`` and ``next_obs`` (see the module docstring)."""
-
-    def __init__(
-        self, buffer_size: int, observation_space: spaces.Space, action_space: spaces.Space, *args, **kwargs
-    ):
-        super().__init__(buffer_size, observation_space, stored_action_space(action_space), *args, **kwargs)
-        self._init_masks(action_space)
-
-    def add(self, obs, next_obs, action, reward, done, infos) -> None:  # type: ignore[override]
-        self._store_masks()
-        super().add(obs, next_obs, action, reward, done, infos)
 
     def _get_samples(
         self, batch_inds: np.ndarray, env: VecNormalize | None = None
