@@ -103,3 +103,32 @@ class EloRecorder(BaseCallback):
             if self.verbose:
                 print(f"step {self.num_timesteps:>8}  ELO {self.self_play.elo:8.1f}", flush=True)
         return True
+
+
+def scaled_self_play(timesteps: int, snapshots: int, saves_per_team_change: int) -> dict[str, Any]:
+    """A scene's ``self_play`` section scaled to a run of ``timesteps``: about ``snapshots`` snapshots,
+    a learning-team change every ``saves_per_team_change`` of them, ML-Agents' other values."""
+    save = max(timesteps // snapshots, 1000)
+    return {
+        "save_steps": save,
+        "team_change": saves_per_team_change * save,
+        "swap_steps": 2000,
+        "window": 10,
+        "play_against_latest_model_ratio": 0.5,
+        "initial_elo": 1200.0,
+    }
+
+
+def final_matches(
+    scene: str, final: Any, earlier: Any, games: int, seed: int, **params: Any
+) -> dict[str, Any]:
+    """The final policy against random play and against ``earlier``, and random against random (the
+    baseline), each :func:`play_both_sides` with its own seed (``seed``, ``seed + 2``, ``seed + 4``).
+
+    :return: ``{"random": ..., "early": ..., "random_vs_random": ...}``, each a :func:`play_both_sides` result.
+    """
+    return {
+        "random": play_both_sides(scene, final, "random", games, seed, **params),
+        "early": play_both_sides(scene, final, earlier, games, seed + 2, **params),
+        "random_vs_random": play_both_sides(scene, "random", "random", games, seed + 4, **params),
+    }

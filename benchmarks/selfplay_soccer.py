@@ -36,7 +36,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import print_table, write_results
 from _curves import plot_curves, run_tasks, windowed_mean
-from _selfplay import EloRecorder, play_both_sides, policy_weights
+from _selfplay import EloRecorder, final_matches, policy_weights, scaled_self_play
 
 RESULTS = Path(__file__).resolve().parent / "results"
 COLUMNS = (
@@ -56,15 +56,7 @@ EVAL_FIELDS = 8
 def settings(timesteps: int) -> dict:
     """Unity's SoccerTwos ``self_play`` section (save 50k, team change 200k), scaled so a run of
     ``timesteps`` still saves about 12 snapshots and changes team about 3 times."""
-    save = max(timesteps // 12, 1000)
-    return {
-        "save_steps": save,
-        "team_change": 4 * save,
-        "swap_steps": 2000,
-        "window": 10,
-        "play_against_latest_model_ratio": 0.5,
-        "initial_elo": 1200.0,
-    }
+    return scaled_self_play(timesteps, snapshots=12, saves_per_team_change=4)
 
 
 def run(
@@ -118,11 +110,9 @@ def run(
     final = policy_player(model, spec, weights=policy_weights(model), deterministic=False)
     earlier = policy_player(model, spec, weights=recorder.snapshot, deterministic=False)
     unity.close()
-    eval_seed = 10_000 + 10 * seed
     arena = {"num_agents": EVAL_FIELDS, "max_steps": eval_max_steps}  # goals only: no ball_touch
-    vs_random = play_both_sides("SoccerTwos", final, "random", games, eval_seed, **arena)
-    vs_early = play_both_sides("SoccerTwos", final, earlier, games, eval_seed + 2, **arena)
-    baseline = play_both_sides("SoccerTwos", "random", "random", games, eval_seed + 4, **arena)
+    matches = final_matches("SoccerTwos", final, earlier, games, 10_000 + 10 * seed, **arena)
+    vs_random, vs_early, baseline = matches["random"], matches["early"], matches["random_vs_random"]
     return {
         "seed": seed,
         "steps": int(model.num_timesteps),
@@ -135,7 +125,7 @@ def run(
         "train s": seconds,
         "team changes": self_play.controller.team_changes,
         "elo_curve": recorder.points,
-        "matches": {"random": vs_random, "early": vs_early, "random_vs_random": baseline},
+        "matches": matches,
     }
 
 

@@ -29,7 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import print_table, write_results
 from _curves import plot_curves, run_tasks, windowed_mean
-from _selfplay import EloRecorder, play_both_sides, policy_weights
+from _selfplay import EloRecorder, final_matches, policy_weights, scaled_self_play
 
 RESULTS = Path(__file__).resolve().parent / "results"
 COLUMNS = (
@@ -48,15 +48,7 @@ COLUMNS = (
 def settings(timesteps: int) -> dict:
     """Unity's Tennis ``self_play`` section (save 50k, team change 100k of 50M steps), scaled so a
     run of ``timesteps`` still saves about 15 snapshots and changes team about 7 times."""
-    save = max(timesteps // 15, 1000)
-    return {
-        "save_steps": save,
-        "team_change": 2 * save,
-        "swap_steps": 2000,
-        "window": 10,
-        "play_against_latest_model_ratio": 0.5,
-        "initial_elo": 1200.0,
-    }
+    return scaled_self_play(timesteps, snapshots=15, saves_per_team_change=2)
 
 
 def run(
@@ -110,11 +102,9 @@ def run(
     spec = view_spec(unity.unity_envs[0], "Tennis")
     final = policy_player(model, spec, weights=policy_weights(model, env), deterministic=False)
     earlier = policy_player(model, spec, weights=recorder.snapshot, deterministic=False)
-    eval_seed = 10_000 + 10 * seed
     arena = {"num_agents": 8, "scale": scale}
-    vs_random = play_both_sides("Tennis", final, "random", games, eval_seed, **arena)
-    vs_early = play_both_sides("Tennis", final, earlier, games, eval_seed + 2, **arena)
-    baseline = play_both_sides("Tennis", "random", "random", games, eval_seed + 4, **arena)
+    matches = final_matches("Tennis", final, earlier, games, 10_000 + 10 * seed, **arena)
+    vs_random, vs_early, baseline = matches["random"], matches["early"], matches["random_vs_random"]
     unity.close()
     return {
         "seed": seed,
@@ -128,7 +118,7 @@ def run(
         "train s": seconds,
         "team changes": self_play.controller.team_changes,
         "elo_curve": recorder.points,
-        "matches": {"random": vs_random, "early": vs_early, "random_vs_random": baseline},
+        "matches": matches,
     }
 
 
