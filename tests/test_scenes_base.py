@@ -167,7 +167,7 @@ def test_single_behavior_scene_keeps_its_one_behavior():
 
 def test_handshake_sends_every_behavior_with_an_agent():
     scene = Duel(seed=0)
-    message = StandInPlayer(scene, port=1, name="Duel")._initialization_message()
+    message = StandInPlayer(scene, port=1, name="Duel").handshake_message()
     init = message.unity_output.rl_initialization_output
     assert [b.brain_name for b in init.brain_parameters] == [HUNTER, PREY]
     for brain in init.brain_parameters:

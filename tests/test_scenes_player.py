@@ -348,7 +348,7 @@ def test_training_analytics_messages_are_kept_from_the_scene():
 
 def test_initialization_message_is_what_a_current_unity_sends():
     scene = ProtocolTestScene(seed=0)
-    message = StandInPlayer(scene, port=1, name="toy")._initialization_message()
+    message = StandInPlayer(scene, port=1, name="toy").handshake_message()
     assert message.header.status == 200
     init = message.unity_output.rl_initialization_output
     assert init.communication_version == COMMUNICATION_VERSION == UnityEnvironment.API_VERSION

@@ -170,9 +170,7 @@ class StandInPlayer:
         stub = UnityToExternalProtoStub(channel)
         stage = "connecting"
         try:
-            reply = stub.Exchange(
-                self._initialization_message(), timeout=self.connect_timeout, wait_for_ready=True
-            )
+            reply = stub.Exchange(self.handshake_message(), timeout=self.connect_timeout, wait_for_ready=True)
             stage = "handshake"
             if not self._accept_initialization(reply):
                 return EXIT_CLOSED
@@ -186,7 +184,7 @@ class StandInPlayer:
                 if not self._apply_input(reply):
                     logger.info("Python sent the QUIT command.")
                     return EXIT_CLOSED
-                message = self._output_message()
+                message = self.output_message()
                 self.exchanges += 1
                 reply = stub.Exchange(message, timeout=self.timeout)
         except grpc.RpcError as exc:
@@ -215,7 +213,9 @@ class StandInPlayer:
         message.header.status = status
         return message
 
-    def _initialization_message(self) -> UnityMessageProto:
+    def handshake_message(self) -> UnityMessageProto:
+        """The first message: initialization output (capabilities, brain parameters) and one
+        placeholder agent per behavior."""
         message = self._message()
         output = message.unity_output
         output.rl_initialization_output.CopyFrom(
@@ -291,7 +291,11 @@ class StandInPlayer:
         self.env.step()
         return True
 
-    def _output_message(self) -> UnityMessageProto:
+    def output_message(self) -> UnityMessageProto:
+        """The scene's current steps (every behavior) and outgoing side-channel bytes as a message.
+
+        Also records how many agents of each behavior now wait for an action.
+        """
         message = self._message()
         rl_output = message.unity_output.rl_output
         for name, encoder in self.encoders.items():

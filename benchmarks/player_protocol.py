@@ -1,0 +1,177 @@
+"""The stand-in player's exchange rate against the bare protocol's, side by side in one run.
+
+Both sides run the same Python loop (``benchmarks/scenes.py``'s ``run``: random actions through
+``mlagents_envs.UnityEnvironment``, whose gRPC server is the one every trainer uses) against a
+separate process playing Unity:
+
+- **bare**: a do-nothing gRPC client. It sends the scene's real handshake, then answers every
+  input with one pre-serialized output of the scene (the reset's: every agent deciding, the same
+  observations, PNGs and masks), never parsing the actions nor stepping anything. Its rate is
+  what the protocol and ``mlagents_envs`` carry.
+- **player**: ``python -m unity_sb3.scenes.player SCENE``, which parses the actions, steps the
+  scene and encodes its output every exchange.
+
+Rounds alternate bare and player; the table shows the median exchange rates and their ratio
+(target >= 0.7). ``--profile DIR`` also writes cProfile files of the Python side and of the
+Unity-side process (``DIR/<scene>-<side>-{python,unity}.prof``). Writes
+``benchmarks/results/player_protocol.json``.
+
+Usage::
+
+    python benchmarks/player_protocol.py [--steps 1000] [--rounds 3] [--scenes Ball3D GridWorld Escape]
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+# isort: off
+import unity_sb3  # noqa: F401  (first: makes mlagents_envs import on protobuf >= 4)
+
+# isort: on
+from _common import free_base_port, print_table, write_results
+from mlagents_envs.environment import UnityEnvironment
+from mlagents_envs.side_channel.stats_side_channel import StatsSideChannel
+from scenes import run
+
+SCENES = ("Ball3D", "GridWorld", "Escape")
+SIDES = ("bare", "player")
+#: The full name of the one RPC Unity calls (``unity_to_external.proto``).
+EXCHANGE_METHOD = "/communicator_objects.UnityToExternalProto/Exchange"
+
+
+def serve_bare(scene: str, port: int, seed: int) -> int:
+    """The do-nothing Unity side: the scene's handshake, then one pre-serialized output forever.
+
+    :param scene: embedded scene name; only its handshake and its reset's output are used.
+    :param port: Python's gRPC port.
+    :param seed: scene seed.
+    :return: exit code, 0 when Python closed.
+    """
+    import grpc
+    from mlagents_envs.communicator_objects.command_pb2 import QUIT
+    from mlagents_envs.communicator_objects.unity_message_pb2 import UnityMessageProto
+
+    from unity_sb3.scenes.player.server import StandInPlayer, load_scene
+
+    env = load_scene(scene, seed=seed)
+    player = StandInPlayer(env, port, name=scene)
+    handshake = player.handshake_message().SerializeToString()
+    env.reset()
+    output = player.output_message().SerializeToString()
+    empty = UnityMessageProto(header={"status": 200}).SerializeToString()
+    with grpc.insecure_channel(f"localhost:{port}") as channel:
+        # No request serializer: the bytes go out as they are.
+        exchange = channel.unary_unary(EXCHANGE_METHOD, response_deserializer=UnityMessageProto.FromString)
+        exchange(handshake, wait_for_ready=True, timeout=60)
+        reply = exchange(empty)
+        while reply.header.status == 200 and reply.unity_input.rl_input.command != QUIT:
+            try:
+                reply = exchange(output)
+            except grpc.RpcError:  # Python closed its server
+                break
+    return 0
+
+
+def _unity_side(side: str, scene: str, port: int, seed: int, profile: Path | None) -> subprocess.Popen:
+    """Start the process that plays Unity for ``side`` (optionally under cProfile)."""
+    python = [sys.executable]
+    if profile is not None:
+        python += ["-m", "cProfile", "-o", str(profile)]
+    if side == "bare":
+        args = [*python, __file__, "--serve-bare", scene, "--port", str(port), "--seed", str(seed)]
+    else:  # cProfile takes -m too
+        args = [*python, "-m", "unity_sb3.scenes.player", scene, "--mlagents-port", str(port)]
+    return subprocess.Popen(args, cwd=Path(__file__).resolve().parents[1])
+
+
+def measure(side: str, scene: str, steps: int, seed: int, profile_dir: Path | None) -> dict[str, float]:
+    """One round: start ``side``'s Unity process, run ``steps`` random steps, close.
+
+    :return: exchanges per second and agent-steps per second of the Python loop.
+    """
+    port = free_base_port(1)
+    stem = f"{scene}-{side}"
+    unity_profile = profile_dir / f"{stem}-unity.prof" if profile_dir else None
+    process = _unity_side(side, scene, port, seed, unity_profile)
+    env = UnityEnvironment(
+        file_name=None,
+        base_port=port,
+        worker_id=0,
+        seed=seed,
+        timeout_wait=60,
+        side_channels=[StatsSideChannel()],
+    )
+    profiler = cProfile.Profile() if profile_dir else None
+    try:
+        if profiler:
+            profiler.enable()
+        counts = run(env, steps, seed)
+        if profiler:
+            profiler.disable()
+            profiler.dump_stats(profile_dir / f"{stem}-python.prof")
+    finally:
+        env.close()
+        process.wait(timeout=60)
+    return {
+        "exchanges_per_s": counts["steps"] / counts["seconds"],
+        "agent_steps_per_s": counts["agent_steps"] / counts["seconds"],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=1000, help="step() calls per round")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds per side and scene (median reported)")
+    parser.add_argument("--scenes", nargs="*", default=list(SCENES), help="embedded scene names")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--profile", type=Path, default=None, metavar="DIR", help="write cProfile files here")
+    parser.add_argument("--serve-bare", metavar="SCENE", help=argparse.SUPPRESS)
+    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.serve_bare:
+        return serve_bare(args.serve_bare, args.port, args.seed)
+    if args.profile:
+        args.profile.mkdir(parents=True, exist_ok=True)
+
+    rows = []
+    for scene in args.scenes:
+        rates: dict[str, list[dict[str, float]]] = {side: [] for side in SIDES}
+        for _ in range(args.rounds):
+            for side in SIDES:
+                rates[side].append(measure(side, scene, args.steps, args.seed, args.profile))
+        bare = statistics.median(r["exchanges_per_s"] for r in rates["bare"])
+        player = statistics.median(r["exchanges_per_s"] for r in rates["player"])
+        rows.append(
+            {
+                "scene": scene,
+                "bare_exchanges_per_s": bare,
+                "player_exchanges_per_s": player,
+                "ratio": player / bare,
+                "player_agent_steps_per_s": statistics.median(
+                    r["agent_steps_per_s"] for r in rates["player"]
+                ),
+                "rounds": rates,
+            }
+        )
+    columns = ["scene", "bare_exchanges_per_s", "player_exchanges_per_s", "ratio", "player_agent_steps_per_s"]
+    print_table(
+        rows,
+        columns,
+        title=f"Player vs bare protocol, {args.steps} steps x {args.rounds} rounds, median (target ratio >= 0.7)",
+    )
+    path = write_results("player_protocol", rows, steps=args.steps, rounds=args.rounds, seed=args.seed)
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
