@@ -72,7 +72,13 @@ from unity_sb3.scenes.protocol_test import (
     pack_side_channel_message,
 )
 from unity_sb3.unity.errors import UnityConfigurationError, UnityProcessError, UnityTimeoutError
-from unity_sb3.unity.proto import brain_parameters_proto, channel_mapping, encode_png_rgb
+from unity_sb3.unity.proto import (
+    PngCache,
+    brain_parameters_proto,
+    channel_mapping,
+    encode_png_rgb,
+    encode_visual_batch,
+)
 
 TEST_SCENE = "unity_sb3.scenes.protocol_test:make_protocol_test_scene"
 HALF_STEP = 0.5 / 255 + 1e-6  # PNG quantisation bound for values that are not k/255
@@ -244,6 +250,29 @@ def test_png_is_a_valid_file():
     np.testing.assert_array_equal(decoded, image)
     with pytest.raises(ValueError, match="uint8"):
         encode_png_rgb(image.astype(np.float32))
+
+
+@pytest.mark.parametrize(
+    ("shape", "channel_first"),
+    [((6, 5, 3), False), ((3, 6, 5), True), ((6, 5, 1), False), ((4, 6, 5), True), ((6, 5, 6), False)],
+)
+def test_png_cache_gives_the_bytes_encoding_gives(shape, channel_first):
+    images = np.random.default_rng(4).uniform(-0.1, 1.1, size=(4, *shape)).astype(np.float32)
+    images[2] = images[0]  # one repeated frame
+    cache = PngCache()
+    first = encode_visual_batch(images, channel_first, cache)
+    assert first == encode_visual_batch(images, channel_first)
+    assert (cache.hits, cache.misses) == (1, 3)
+    assert encode_visual_batch(images, channel_first, cache) == first
+    assert (cache.hits, cache.misses) == (5, 3)
+
+
+def test_png_cache_starts_over_past_its_bound():
+    cache = PngCache(max_bytes=10)
+    cache.put(b"a" * 6, b"A")
+    cache.put(b"b" * 6, b"B")  # 12 bytes of keys: the first is forgotten
+    assert cache.get(b"a" * 6) is None
+    assert cache.get(b"b" * 6) == b"B"
 
 
 @pytest.mark.parametrize(

@@ -114,37 +114,95 @@ def channel_mapping(channels: int) -> list[int]:
     return list(range(channels)) + [-1] * (padded - channels)
 
 
-def encode_visual_batch(images: np.ndarray, channel_first: bool = False) -> list[bytes]:
+class PngCache:
+    """Remembers the PNGs of recent images: scenes redraw the same frames (GridWorld's cells).
+
+    Keys are the exact bytes zlib would compress, so a hit returns what encoding would give.
+    When the keys held exceed ``max_bytes`` the cache starts over (cheaper than LRU order).
+
+    :param max_bytes: bound on the summed size of the stored keys, in bytes.
+    """
+
+    def __init__(self, max_bytes: int = 16 * 2**20) -> None:
+        self.max_bytes = max_bytes
+        self._pngs: dict[bytes, bytes] = {}
+        self._bytes = 0
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, key: bytes) -> bytes | None:
+        """The PNG stored for ``key``, or ``None``."""
+        png = self._pngs.get(key)
+        if png is None:
+            self.misses += 1
+        else:
+            self.hits += 1
+        return png
+
+    def put(self, key: bytes, png: bytes) -> None:
+        """Store ``png`` for ``key``, first forgetting everything if the bound would be passed."""
+        if self._bytes + len(key) > self.max_bytes:
+            self._pngs.clear()
+            self._bytes = 0
+        self._pngs[key] = png
+        self._bytes += len(key)
+
+
+def _png_rows(images: np.ndarray, channel_first: bool) -> np.ndarray:
+    """Quantised images as PNG scanlines: ``rows[i, g, y]`` = filter byte 0, then the RGB bytes of
+    row ``y`` of the ``g``-th three-channel group of image ``i`` (channels zero-padded to 3k).
+
+    :return: ``uint8`` array (n, groups, height, 1 + 3 width).
+    """
+    data = to_uint8(images)
+    if not channel_first:
+        data = data.transpose(0, 3, 1, 2)
+    n, c, h, w = data.shape
+    groups = -(-c // 3)
+    rows = np.empty((n, groups, h, 1 + w * 3), dtype=np.uint8)
+    rows[..., 0] = 0
+    pixels = rows[..., 1:].reshape(n, groups, h, w, 3)  # a view into rows
+    for channel in range(groups * 3):  # one plane at a time: long inner loops, fast copies
+        group, colour = divmod(channel, 3)
+        pixels[:, group, :, :, colour] = data[:, channel] if channel < c else 0
+    return rows
+
+
+def encode_visual_batch(
+    images: np.ndarray, channel_first: bool = False, cache: PngCache | None = None
+) -> list[bytes]:
     """PNG-encode the rank-3 observations of a batch of agents, one payload per agent.
 
     Quantisation, layout and filtering are done once for the whole batch; only zlib and the
-    chunk framing run per image.
+    chunk framing run per image (and not at all for an image found in ``cache``).
 
     :param images: float array (n, height, width, channels) or, with ``channel_first``,
         (n, channels, height, width); values in [0, 1] (others are clipped).
     :param channel_first: whether the channels come first in each observation.
+    :param cache: PNGs of earlier images, consulted and filled when given.
     :return: for each agent, one PNG or ``ceil(channels / 3)`` PNGs concatenated, channels
         zero-padded to a multiple of 3.
     """
-    data = to_uint8(images)
-    if channel_first:
-        data = data.transpose(0, 2, 3, 1)
-    n, h, w, c = data.shape
-    groups = -(-c // 3)
-    # rows[i, g, y] = filter byte 0, then the RGB bytes of row y of PNG g of agent i
-    rows = np.zeros((n, groups, h, 1 + w * 3), dtype=np.uint8)
-    padded = np.zeros((n, h, w, groups * 3), dtype=np.uint8)
-    padded[..., :c] = data
-    rows[..., 1:] = padded.reshape(n, h, w, groups, 3).transpose(0, 3, 1, 2, 4).reshape(n, groups, h, w * 3)
-    ihdr = _png_chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
+    rows = _png_rows(images, channel_first)
+    n, groups, h, line = rows.shape
+    ihdr = _png_chunk(b"IHDR", struct.pack(">IIBBBBB", (line - 1) // 3, h, 8, 2, 0, 0, 0))
     head, tail = PNG_SIGNATURE + ihdr, _png_chunk(b"IEND", b"")
-    return [
-        b"".join(
-            head + _png_chunk(b"IDAT", zlib.compress(rows[i, g].tobytes(), PNG_COMPRESSION_LEVEL)) + tail
-            for g in range(groups)
-        )
-        for i in range(n)
-    ]
+    payloads = []
+    for i in range(n):
+        key = rows[i].tobytes()
+        payload = cache.get(key) if cache is not None else None
+        if payload is None:
+            size = h * line
+            payload = b"".join(
+                head
+                + _png_chunk(b"IDAT", zlib.compress(key[g * size : (g + 1) * size], PNG_COMPRESSION_LEVEL))
+                + tail
+                for g in range(groups)
+            )
+            if cache is not None:
+                cache.put(key, payload)
+        payloads.append(payload)
+    return payloads
 
 
 def encode_visual(image: np.ndarray, channel_first: bool = False) -> bytes:

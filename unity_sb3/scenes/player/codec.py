@@ -35,7 +35,13 @@ from mlagents_envs.communicator_objects.agent_action_pb2 import AgentActionProto
 from mlagents_envs.communicator_objects.observation_pb2 import NONE, PNG, ObservationProto
 from mlagents_envs.communicator_objects.unity_rl_output_pb2 import UnityRLOutputProto
 
-from unity_sb3.unity.proto import channel_mapping, encode_visual, encode_visual_batch, is_channel_first
+from unity_sb3.unity.proto import (
+    PngCache,
+    channel_mapping,
+    encode_visual,
+    encode_visual_batch,
+    is_channel_first,
+)
 
 #: Channel of ``DefaultTrainingAnalyticsSideChannel``: Unity's runtime consumes it, not the scene.
 TRAINING_ANALYTICS_CHANNEL = uuid.UUID("b664a4a9-d86f-5a5f-95cb-e8353a7e8356")
@@ -78,7 +84,8 @@ class BehaviorEncoder:
     """Writes one behavior's ``DecisionSteps`` and ``TerminalSteps`` into ``AgentInfoProto``\\ s.
 
     The fixed part of each observation (shape, name, type, dimension properties, compression,
-    channel mapping) is serialized once and merged into each agent's observation.
+    channel mapping) is serialized once and merged into each agent's observation. Each visual
+    observation keeps a :class:`~unity_sb3.unity.proto.PngCache`: scenes redraw the same frames.
 
     :param spec: the behavior's spec.
     :param compress_visual: send rank-3 observations as PNG (like Unity's camera sensors) or,
@@ -91,10 +98,12 @@ class BehaviorEncoder:
         self._templates: list[bytes] = []
         self._visual: list[bool] = []
         self._channel_first: list[bool] = []
+        self._png_caches: list[PngCache | None] = []
         for obs_spec in spec.observation_specs:
             visual = compress_visual and len(obs_spec.shape) == 3
             self._visual.append(visual)
             self._channel_first.append(visual and is_channel_first(obs_spec))
+            self._png_caches.append(PngCache() if visual else None)
             self._templates.append(self._template(obs_spec, visual).SerializeToString())
         self._mask_size = int(sum(spec.action_spec.discrete_branches))
 
@@ -125,9 +134,9 @@ class BehaviorEncoder:
                     f"observation {obs_spec.name!r} has shape {tuple(np.shape(o))}, "
                     f"its spec says {(n, *obs_spec.shape)} for {n} agents"
                 )
-        for o, visual, channel_first in zip(obs, self._visual, self._channel_first):
+        for o, visual, channel_first, cache in zip(obs, self._visual, self._channel_first, self._png_caches):
             if visual:
-                payloads.append(encode_visual_batch(np.asarray(o), channel_first))
+                payloads.append(encode_visual_batch(np.asarray(o), channel_first, cache))
             else:
                 payloads.append(np.asarray(o, dtype=np.float32).reshape(n, -1).tolist())
         return payloads
