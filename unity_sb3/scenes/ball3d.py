@@ -75,36 +75,62 @@ def cross(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return a[1:4] * b[2:5] - a[2:5] * b[1:4]
 
 
-# q * AngleAxis(angle, axis) for q = (x, y, z, w): q c + q[perm] * sign s (c, s of the half angle)
+# A cube's frame is one column of 13 rows: its quaternion (x, y, z, w), then its rotation
+# matrix row by row (rot[r, c] in row 4 + 3 r + c); rot[:, j] is local axis j in world axes.
+FRAME_ROWS = 13
+
+
+def _turn_rows(axis: int, perm: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    i, j = (0, 1) if axis == 2 else (1, 2)  # the two local axes that turn
+    a, b = [4 + i, 7 + i, 10 + i], [4 + j, 7 + j, 10 + j]
+    return np.array([0, 1, 2, 3, *a, *b]), np.array([*perm, *b, *a])
+
+
+# q * AngleAxis(angle, axis) for q = (x, y, z, w): q c + q[perm] * sign s (c, s of the half angle);
+# the turning axes a, b of the matrix: a c + b s and b c - a s (c, s of the angle). Per axis: the
+# rows rewritten, the rows each is mixed with, and the quaternion's signs.
 _TURN = {
-    2: ([1, 0, 3, 2], np.array([1.0, -1.0, 1.0, -1.0])[:, None]),
-    0: ([3, 2, 1, 0], np.array([1.0, 1.0, -1.0, -1.0])[:, None]),
+    2: (*_turn_rows(2, [1, 0, 3, 2]), np.array([1.0, -1.0, 1.0, -1.0])[:, None]),
+    0: (*_turn_rows(0, [3, 2, 1, 0]), np.array([1.0, 1.0, -1.0, -1.0])[:, None]),
 }
 
 
-def turn(
-    q: np.ndarray,
-    rot: np.ndarray,
-    half: tuple[np.ndarray, np.ndarray],
-    full: tuple[np.ndarray, np.ndarray],
-    axis: int,
-) -> None:
-    """Turn rotations about their own ``axis`` (``Transform.Rotate``), in place.
+def turn_factors(
+    half: tuple[np.ndarray, np.ndarray], full: tuple[np.ndarray, np.ndarray], axis: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The factors :func:`turn` applies for turns about ``axis``: compute once, turn many times.
 
-    :param q: quaternions (x, y, z, w) as columns, shape (4, n).
-    :param rot: the same rotations as matrices, ``rot[:, j]`` = local axis j in world axes, shape (3, 3, n).
     :param half: sine and cosine of half the turn angles, shape (n,) each.
     :param full: sine and cosine of the turn angles, shape (n,) each.
     :param axis: 0 for the local x axis, 2 for the local z axis.
+    :return: what multiplies the rewritten rows and what multiplies the rows they are mixed
+        with, shape (10, n) each.
     """
-    s, c = half
-    perm, sign = _TURN[axis]
-    q[:] = q * c + q[perm] * (sign * s)
-    s, c = full
-    i, j = (0, 1) if axis == 2 else (1, 2)  # the two local axes that turn
-    a, b = rot[:, i].copy(), rot[:, j]
-    rot[:, i] = a * c + b * s
-    rot[:, j] = b * c - a * s
+    (s_half, c_half), (s_full, c_full) = half, full
+    keep = np.empty((10, np.size(c_half)))
+    keep[:4] = c_half
+    keep[4:] = c_full
+    mix = np.empty_like(keep)
+    mix[:4] = _TURN[axis][2] * s_half
+    mix[4:7] = s_full
+    mix[7:] = -s_full  # b c + a (-s) is b c - a s bit for bit
+    return keep, mix
+
+
+#: :func:`turn_factors` of no turn (angle 0), as columns that broadcast.
+IDLE = {axis: turn_factors((np.zeros(1), np.ones(1)), (np.zeros(1), np.ones(1)), axis) for axis in _TURN}
+
+
+def turn(frame: np.ndarray, factors: tuple[np.ndarray, np.ndarray], axis: int) -> None:
+    """Turn cubes about their own ``axis`` (``Transform.Rotate``), in place.
+
+    :param frame: the cubes' frames (quaternion and matrix, see ``FRAME_ROWS``), shape (13, n).
+    :param factors: :func:`turn_factors` of the turn angles.
+    :param axis: 0 for the local x axis, 2 for the local z axis.
+    """
+    rows, mixed, _ = _TURN[axis]
+    keep, mix = factors
+    frame[rows] = frame[rows] * keep + frame[mixed] * mix
 
 
 def interval_turn(
@@ -207,9 +233,11 @@ class Ball3D(EmbeddedScene):
     def __init__(self, seed: int = 0, side_channels=None, **params: Any) -> None:
         n = int(params.get("num_agents", self.PARAMS["num_agents"]))
         # state as columns (one agent per column), world axes, relative to the cube's centre
-        self._q = np.zeros((4, n))  # cube rotations (x, y, z, w)
+        self._frame = np.zeros((FRAME_ROWS, n))  # cube rotations: quaternions and matrices
+        self._q = self._frame[:4]  # (x, y, z, w)
         self._q[3] = 1.0
-        self._rot = rotation_matrices(self._q)  # the same, as matrices (kept in step)
+        self._rot = self._frame[4:].reshape(3, 3, n)  # the same, as matrices (kept in step)
+        self._rot[...] = rotation_matrices(self._q)
         self._pos = np.zeros((3, n))  # ball centre
         self._vel = np.zeros((3, n))
         self._spin = np.zeros((3, n))  # ball angular velocity (rad/s)
@@ -226,14 +254,14 @@ class Ball3D(EmbeddedScene):
     def _on_episode_begin(self, idx: np.ndarray) -> None:
         m = idx.size
         rng = self._rng
-        q = np.zeros((4, m))
-        q[3] = 1.0
-        rot = rotation_matrices(q)
+        frame = np.zeros((FRAME_ROWS, m))
+        frame[3] = 1.0
+        frame[4:] = rotation_matrices(frame[:4]).reshape(9, m)
         for axis in (0, 2):  # Rotate(x, U(-10, 10)) then Rotate(z, U(-10, 10))
             angle = rng.uniform(-10.0, 10.0, size=m) * RAD
-            turn(q, rot, (np.sin(angle / 2), np.cos(angle / 2)), (np.sin(angle), np.cos(angle)), axis)
-        self._q[:, idx] = q
-        self._rot[:, :, idx] = rot
+            half, full = (np.sin(angle / 2), np.cos(angle / 2)), (np.sin(angle), np.cos(angle))
+            turn(frame, turn_factors(half, full, axis), axis)
+        self._frame[:, idx] = frame
         self._pos[0, idx] = rng.uniform(-1.5, 1.5, size=m)
         self._pos[1, idx] = START_HEIGHT
         self._pos[2, idx] = rng.uniform(-1.5, 1.5, size=m)
@@ -251,20 +279,27 @@ class Ball3D(EmbeddedScene):
     def _advance(self, max_substeps: int) -> int:
         # the action holds for the whole interval: its turns' sines and cosines too
         angle = DEG_PER_ACTION * RAD * np.clip(self._cont_action.T.astype(np.float64), -1.0, 1.0)
-        turns = (angle > 0, angle < 0, np.sin(angle / 2), np.cos(angle / 2), np.sin(angle), np.cos(angle))
+        sines = (np.sin(angle / 2), np.cos(angle / 2), np.sin(angle), np.cos(angle))
         # Fast path: no cube can reach the quaternion limit within the interval (a step moves a
         # component by less than 0.02), so every step applies the same turn: one product.
-        step = None
+        step = turns = None
         if np.abs(self._q[0:3:2]).max() + 0.02 * max_substeps < QUAT_LIMIT:
-            step = interval_turn(*turns[2:])
+            step = interval_turn(*sines)
+        else:
+            s_half, c_half, s_full, c_full = sines
+            factors = [
+                turn_factors((s_half[col], c_half[col]), (s_full[col], c_full[col]), axis)
+                for col, axis in ((0, 2), (1, 0))
+            ]
+            turns = (angle > 0, angle < 0, *factors)
         pos = self._pos
         steps_left = self.max_steps - int(self._step_count.max()) if self.max_steps > 0 else -1
         for k in range(1, max_substeps + 1):
             if step is None:
                 self._act(turns)
             else:
-                self._q = np.einsum("ijn,jn->in", step[0], self._q)
-                self._rot = np.einsum("ijn,jkn->ikn", self._rot, step[1])
+                self._q[...] = np.einsum("ijn,jn->in", step[0], self._q)
+                self._rot[...] = np.einsum("ijn,jkn->ikn", self._rot, step[1])
             # OnActionReceived's check, on the positions left by the last physics step
             side = np.abs(pos[0:3:2])
             worst = np.maximum(np.maximum(side[0], side[1]), LOST_SIDE + LOST_BELOW - pos[1])
@@ -284,17 +319,20 @@ class Ball3D(EmbeddedScene):
         return max_substeps
 
     def _act(self, turns: tuple[np.ndarray, ...]) -> None:
-        """``OnActionReceived``: turn about z, then about x, each within the quaternion limit."""
-        up, down, s_half, c_half, s_full, c_full = turns
+        """``OnActionReceived``: turn about z, then about x, each within the quaternion limit.
+
+        :param turns: whether each action turns up, whether down (shape (2, n) each), then the
+            :func:`turn_factors` of the turns about z and about x.
+        """
+        up, down, *factors = turns
         q = self._q
         for col, axis in ((0, 2), (1, 0)):
             allowed = (up[col] & (q[axis] < QUAT_LIMIT)) | (down[col] & (q[axis] > -QUAT_LIMIT))
-            if allowed.all():
-                half, full = (s_half[col], c_half[col]), (s_full[col], c_full[col])
-            else:
-                half = (np.where(allowed, s_half[col], 0.0), np.where(allowed, c_half[col], 1.0))
-                full = (np.where(allowed, s_full[col], 0.0), np.where(allowed, c_full[col], 1.0))
-            turn(q, self._rot, half, full, axis)
+            keep, mix = factors[col]
+            if not allowed.all():
+                idle_keep, idle_mix = IDLE[axis]
+                keep, mix = np.where(allowed, keep, idle_keep), np.where(allowed, mix, idle_mix)
+            turn(self._frame, (keep, mix), axis)
 
     def _physics_step(self) -> None:
         """One PhysX step of every ball against its (already turned) cube."""
@@ -303,12 +341,11 @@ class Ball3D(EmbeddedScene):
         spin *= 1.0 - ANGULAR_DRAG * DT
         rot = self._rot
         local = (rot * pos[:, None, :]).sum(axis=0)
-        if (np.maximum(np.abs(local[0]), np.abs(local[2])) <= HALF).all() and (local[1] > HALF).all():
+        if np.abs(local[0:3:2]).max() <= HALF and local[1].min() > HALF:
             normal, sep = rot[:, 1], local[1] - (radius + HALF)  # every ball above its top face
         else:
             normal, sep = sphere_box_contact(pos, rot, radius)
-        touching = sep < CONTACT_OFFSET
-        if not touching.any():
+        if sep.min() >= CONTACT_OFFSET:  # no ball touches
             pos += vel * DT
             return
         vn = (vel * normal).sum(axis=0)
@@ -318,12 +355,12 @@ class Ball3D(EmbeddedScene):
         if BOUNCINESS > 0:
             target = np.where((sep <= 0) & (vn < -BOUNCE_THRESHOLD), -BOUNCINESS * vn, target)
         jn = np.maximum(target - vn, 0.0)  # impulse per unit mass
-        all_touch = touching.all()
-        if not all_touch:
+        touching = sep < CONTACT_OFFSET
+        if sep.max() >= CONTACT_OFFSET:
             jn *= touching
         # the velocity that moves the ball also pushes a penetration out (not kept)
         extra = None
-        if (sep < 0).any():
+        if sep.min() < 0:
             push = np.where(sep < 0, np.minimum(sep * (-BIAS / DT), MAX_DEPENETRATION), target)
             extra = np.maximum(push - vn, 0.0) * touching - jn
         vel += jn * normal
