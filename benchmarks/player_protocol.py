@@ -5,26 +5,30 @@ Both sides run the same Python loop (``benchmarks/scenes.py``'s ``run``: random 
 separate process playing Unity:
 
 - **bare**: a do-nothing gRPC client. It sends the scene's real handshake, then answers every
-  input with one pre-serialized output of the scene (the reset's: every agent deciding, the same
-  observations, PNGs and masks), never parsing the actions nor stepping anything. Its rate is
-  what the protocol and ``mlagents_envs`` carry.
+  input with one pre-serialized output of the scene (the reset's agents: every agent deciding,
+  the same observations, PNGs and masks; no side-channel bytes), never parsing the actions nor
+  stepping anything. Its rate is what the protocol and ``mlagents_envs`` carry.
 - **player**: ``python -m unity_sb3.scenes.player SCENE``, which parses the actions, steps the
   scene and encodes its output every exchange.
+- **baseline** (with ``--baseline DIR``): the same player from another source tree, for a
+  before/after comparison in the same run.
 
-Rounds alternate bare and player; the table shows the median exchange rates and their ratio
-(target >= 0.7). ``--profile DIR`` also writes cProfile files of the Python side and of the
-Unity-side process (``DIR/<scene>-<side>-{python,unity}.prof``). Writes
+Rounds alternate the sides; the table shows the median exchange rates and their ratios to the
+bare rate (target >= 0.7). ``--profile DIR`` also writes cProfile files of the Python side and of
+the Unity-side process (``DIR/<scene>-<side>-{python,unity}.prof``). Writes
 ``benchmarks/results/player_protocol.json``.
 
 Usage::
 
     python benchmarks/player_protocol.py [--steps 1000] [--rounds 3] [--scenes Ball3D GridWorld Escape]
+        [--baseline DIR] [--profile DIR]
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import os
 import statistics
 import subprocess
 import sys
@@ -43,7 +47,6 @@ from mlagents_envs.side_channel.stats_side_channel import StatsSideChannel
 from scenes import run
 
 SCENES = ("Ball3D", "GridWorld", "Escape")
-SIDES = ("bare", "player")
 #: The full name of the one RPC Unity calls (``unity_to_external.proto``).
 EXCHANGE_METHOD = "/communicator_objects.UnityToExternalProto/Exchange"
 
@@ -66,7 +69,9 @@ def serve_bare(scene: str, port: int, seed: int) -> int:
     player = StandInPlayer(env, port, name=scene)
     handshake = player.handshake_message().SerializeToString()
     env.reset()
-    output = player.output_message().SerializeToString()
+    message = player.output_message()
+    message.unity_output.rl_output.side_channel = b""  # the reset's statistics, not sent every step
+    output = message.SerializeToString()
     empty = UnityMessageProto(header={"status": 200}).SerializeToString()
     with grpc.insecure_channel(f"localhost:{port}") as channel:
         # No request serializer: the bytes go out as they are.
@@ -81,8 +86,14 @@ def serve_bare(scene: str, port: int, seed: int) -> int:
     return 0
 
 
-def _unity_side(side: str, scene: str, port: int, seed: int, profile: Path | None) -> subprocess.Popen:
-    """Start the process that plays Unity for ``side`` (optionally under cProfile)."""
+def _unity_side(
+    side: str, scene: str, port: int, seed: int, profile: Path | None, baseline: Path | None
+) -> subprocess.Popen:
+    """Start the process that plays Unity for ``side`` (optionally under cProfile).
+
+    ``side`` is ``"bare"``, ``"player"`` or ``"baseline"`` (the player of the source tree
+    ``baseline``, e.g. an exported older commit).
+    """
     python = [sys.executable]
     if profile is not None:
         python += ["-m", "cProfile", "-o", str(profile)]
@@ -90,10 +101,14 @@ def _unity_side(side: str, scene: str, port: int, seed: int, profile: Path | Non
         args = [*python, __file__, "--serve-bare", scene, "--port", str(port), "--seed", str(seed)]
     else:  # cProfile takes -m too
         args = [*python, "-m", "unity_sb3.scenes.player", scene, "--mlagents-port", str(port)]
-    return subprocess.Popen(args, cwd=Path(__file__).resolve().parents[1])
+    root = baseline if side == "baseline" else Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.Popen(args, cwd=root, env=env)
 
 
-def measure(side: str, scene: str, steps: int, seed: int, profile_dir: Path | None) -> dict[str, float]:
+def measure(
+    side: str, scene: str, steps: int, seed: int, profile_dir: Path | None, baseline: Path | None = None
+) -> dict[str, float]:
     """One round: start ``side``'s Unity process, run ``steps`` random steps, close.
 
     :return: exchanges per second and agent-steps per second of the Python loop.
@@ -101,7 +116,7 @@ def measure(side: str, scene: str, steps: int, seed: int, profile_dir: Path | No
     port = free_base_port(1)
     stem = f"{scene}-{side}"
     unity_profile = profile_dir / f"{stem}-unity.prof" if profile_dir else None
-    process = _unity_side(side, scene, port, seed, unity_profile)
+    process = _unity_side(side, scene, port, seed, unity_profile, baseline)
     env = UnityEnvironment(
         file_name=None,
         base_port=port,
@@ -134,6 +149,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scenes", nargs="*", default=list(SCENES), help="embedded scene names")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--profile", type=Path, default=None, metavar="DIR", help="write cProfile files here")
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="also measure the player of this source tree (e.g. `git archive COMMIT unity_sb3 | tar -x -C DIR`)",
+    )
     parser.add_argument("--serve-bare", metavar="SCENE", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -142,33 +164,38 @@ def main(argv: list[str] | None = None) -> int:
     if args.profile:
         args.profile.mkdir(parents=True, exist_ok=True)
 
+    sides = ("bare", "player", "baseline") if args.baseline else ("bare", "player")
     rows = []
     for scene in args.scenes:
-        rates: dict[str, list[dict[str, float]]] = {side: [] for side in SIDES}
+        rates: dict[str, list[dict[str, float]]] = {side: [] for side in sides}
         for _ in range(args.rounds):
-            for side in SIDES:
-                rates[side].append(measure(side, scene, args.steps, args.seed, args.profile))
-        bare = statistics.median(r["exchanges_per_s"] for r in rates["bare"])
-        player = statistics.median(r["exchanges_per_s"] for r in rates["player"])
-        rows.append(
-            {
-                "scene": scene,
-                "bare_exchanges_per_s": bare,
-                "player_exchanges_per_s": player,
-                "ratio": player / bare,
-                "player_agent_steps_per_s": statistics.median(
-                    r["agent_steps_per_s"] for r in rates["player"]
-                ),
-                "rounds": rates,
-            }
-        )
-    columns = ["scene", "bare_exchanges_per_s", "player_exchanges_per_s", "ratio", "player_agent_steps_per_s"]
+            for side in sides:
+                rates[side].append(measure(side, scene, args.steps, args.seed, args.profile, args.baseline))
+        median = {side: statistics.median(r["exchanges_per_s"] for r in rates[side]) for side in sides}
+        row = {
+            "scene": scene,
+            "bare_exchanges_per_s": median["bare"],
+            "player_exchanges_per_s": median["player"],
+            "ratio": median["player"] / median["bare"],
+            "player_agent_steps_per_s": statistics.median(r["agent_steps_per_s"] for r in rates["player"]),
+            "rounds": rates,
+        }
+        if args.baseline:
+            row["baseline_exchanges_per_s"] = median["baseline"]
+            row["baseline_ratio"] = median["baseline"] / median["bare"]
+        rows.append(row)
+    columns = ["scene", "bare_exchanges_per_s", "player_exchanges_per_s", "ratio"]
+    if args.baseline:
+        columns += ["baseline_exchanges_per_s", "baseline_ratio"]
+    columns.append("player_agent_steps_per_s")
     print_table(
         rows,
         columns,
         title=f"Player vs bare protocol, {args.steps} steps x {args.rounds} rounds, median (target ratio >= 0.7)",
     )
-    path = write_results("player_protocol", rows, steps=args.steps, rounds=args.rounds, seed=args.seed)
+    path = write_results(
+        "player_protocol", rows, steps=args.steps, rounds=args.rounds, seed=args.seed, baseline=args.baseline
+    )
     print(f"wrote {path}")
     return 0
 
