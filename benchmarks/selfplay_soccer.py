@@ -66,6 +66,7 @@ def run(
     max_steps: int,
     ball_touch: float,
     n_steps: int,
+    learning_rate: float,
     games: int,
     eval_max_steps: int,
     early: float,
@@ -94,7 +95,7 @@ def run(
         n_steps=n_steps,
         batch_size=min(1024, n_steps * view.num_envs),
         n_epochs=3,
-        learning_rate=3e-4,
+        learning_rate=learning_rate,
         gamma=0.99,
         gae_lambda=0.95,
         ent_coef=0.005,
@@ -145,6 +146,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     )
     parser.add_argument("--ball-touch", type=float, default=0.0, help="the scene's ball_touch parameter")
     parser.add_argument("--n-steps", type=int, default=256, help="rollout length per slot")
+    parser.add_argument("--learning-rate", type=float, default=3e-4)
     parser.add_argument("--games", type=int, default=48, help="games of each evaluation (half on each side)")
     parser.add_argument(
         "--eval-max-steps", type=int, default=5000, help="academy steps of an evaluation game (Unity's 5000)"
@@ -162,6 +164,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
             args.max_steps,
             args.ball_touch,
             args.n_steps,
+            args.learning_rate,
             args.games,
             args.eval_max_steps,
             args.early_fraction,
