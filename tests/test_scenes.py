@@ -40,6 +40,7 @@ BEHAVIORS = {
     "Basic": "Basic?team=0",
     "Sorter": "Sorter?team=0",
     "HybridLine": "HybridLine?team=0",
+    "Hallway": "Hallway?team=0",
 }
 # small but representative settings per scene, to keep the file fast
 SMALL = {
@@ -50,6 +51,7 @@ SMALL = {
     "Basic": {"num_agents": 3},
     "Sorter": {"num_agents": 3},
     "HybridLine": {"num_agents": 3},
+    "Hallway": {"num_agents": 3, "max_steps": 600},
 }
 # scenes without randomness (every episode starts the same, whatever the seed)
 DETERMINISTIC = {"Basic"}
@@ -319,12 +321,14 @@ EXPERT_VS_RANDOM = {
     "Basic": (0.9, 0.3),
     "Sorter": (1.5, 0.0),
     "HybridLine": (1.0, 0.3),
+    "Hallway": (0.5, 0.0),
 }
 STAT_KEYS = {
     "Ball3D": "Environment/BallMass",
     "GridWorld": "GridWorld/SuccessRate",
     "Escape": "Escape/SuccessRate",
     "PyramidsLite": "Pyramids/SuccessRate",
+    "Hallway": "Hallway/SuccessRate",
 }
 
 
@@ -339,8 +343,11 @@ def test_expert_beats_random(name):
         "Basic": 300,
         "Sorter": 300,
         "HybridLine": 300,
+        "Hallway": 300,
     }[name]
-    params = {"Ball3D": {"num_agents": 4}, "Escape": {"num_agents": 12}}.get(name, {})
+    params = {"Ball3D": {"num_agents": 4}, "Escape": {"num_agents": 12}, "Hallway": {"max_steps": 900}}.get(
+        name, {}
+    )
     expert = episode_returns(make_scene(name, seed=1, **params), behavior, "expert", budget)
     random = episode_returns(make_scene(name, seed=1, **params), behavior, "random", budget)
     assert len(expert) >= 4 and len(random) >= 4

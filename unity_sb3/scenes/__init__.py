@@ -39,6 +39,7 @@ SCENES: dict[str, str] = {
     "StrikersVsGoalie": "unity_sb3.scenes.strikers_vs_goalie:StrikersVsGoalie",
     "Tennis": "unity_sb3.scenes.tennis:Tennis",
     "HybridLine": "unity_sb3.scenes.hybrid_line:HybridLine",
+    "Hallway": "unity_sb3.scenes.hallway:Hallway",
 }
 
 __all__ = ["SCENES", "EmbeddedScene", "describe_scene", "list_scenes", "make_scene", "scene_class"]

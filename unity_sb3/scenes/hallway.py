@@ -1,0 +1,273 @@
+"""Hallway: ML-Agents' Hallway example (``HallwayAgent``), a memory task.
+
+A hallway runs along ``+z``. At each episode start ``HallwayAgent.OnEpisodeBegin`` shows one of two
+symbols near the middle of the hallway, an orange block (``symbol_O``, selection 0) or a green
+cylinder (``symbol_X``, selection 1), and puts the two goals, ``symbol_O_Goal`` and
+``symbol_X_Goal``, at the far end on random sides (x = +7 / -7, z = 22.29). The agent starts
+behind the symbol (z = -15 +- 5, x +- 3, random heading) and must touch the goal that matches the
+symbol: +1 (``SetReward(1f)``) for the right goal, -0.1 for the wrong one, the episode ends either
+way; every academy step costs ``-1 / max_steps`` (``AddReward(-1f / MaxStep)`` in
+``OnActionReceived``, which runs at every academy step because actions repeat between decisions).
+
+The rays reach ``RAY_LENGTH`` units: from where the goals can be touched the symbol is out of reach
+(and behind the agent), so the choice must be remembered from what was seen earlier.
+
+* Observations, sorted by sensor name as Unity sorts them:
+
+  - ``"RayPerceptionSensor"`` (35 floats): 5 rays (``raysPerDirection`` 2, ``maxRayDegrees`` 70; in
+    Unity's order: ahead, then right and left at 35 degrees, then at 70 degrees) of 7 floats each,
+    as ``RayPerceptionOutput``: a one-hot of the hit object's tag (``symbol_O_Goal``,
+    ``symbol_X_Goal``, ``symbol_O``, ``symbol_X``, ``wall``), 1 if the ray hit nothing, and the hit
+    distance / ``RAY_LENGTH`` (1 when nothing was hit);
+  - ``"VectorSensor_size1"``: ``StepCount / MaxStep`` (``useVectorObs``).
+
+* Actions (``HallwayAgent.MoveAgent``): one branch of 5: 0 nothing, 1 forward, 2 backward,
+  3 turn right (clockwise seen from above), 4 turn left.
+* Stats: ``Goal/Correct`` and ``Goal/Wrong`` per ended episode (the C# has them commented out),
+  ``Hallway/SuccessRate`` (the right goal touched).
+
+Simplified from Unity: the agent moves kinematically, ``move_step`` units (default ``MOVE_STEP``) or ``TURN_DEGREES``
+(Unity's 150 degrees/s over a decision period of 6 physics steps of 0.02 s) per decision instead of
+a rigid body pushed by velocity changes; symbols and goals are discs of the rays' plane (the symbol
+is not an obstacle); the agent's body is a disc of ``AGENT_RADIUS`` and touches a goal when its disc
+meets the goal's.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+from mlagents_envs.base_env import (
+    ActionSpec,
+    ActionTuple,
+    BehaviorSpec,
+    DecisionSteps,
+    DimensionProperty,
+    ObservationSpec,
+    ObservationType,
+)
+
+from unity_sb3.scenes._grid import GridScene
+from unity_sb3.unity.errors import UnityConfigurationError
+
+NOTHING, FORWARD, BACKWARD, TURN_RIGHT, TURN_LEFT = range(5)
+#: Detectable tags of the ray sensor, in the order of its one-hot features.
+O_GOAL, X_GOAL, SYMBOL_O, SYMBOL_X, WALL = range(5)
+RAY_TAGS = 5
+RAY_FEATURES = RAY_TAGS + 2  # one-hot, "hit nothing", hit fraction
+#: Ray angles from the agent's forward direction (degrees, clockwise), in Unity's order.
+RAY_ANGLES = np.array([0.0, 35.0, -35.0, 70.0, -70.0])
+RAY_SIZE = len(RAY_ANGLES) * RAY_FEATURES
+RAY_LENGTH = 10.0
+#: The hallway: walls at x = +-HALF_WIDTH and z = +-HALF_LENGTH (Unity units, ground centre at 0).
+HALF_WIDTH, HALF_LENGTH = 10.0, 25.0
+AGENT_RADIUS = 0.5
+SYMBOL_RADIUS = 1.0
+GOAL_RADIUS = 2.0
+GOAL_X, GOAL_Z = 7.0, 22.29
+MOVE_STEP = 1.0
+TURN_DEGREES = 150.0 * 0.02 * 6
+RIGHT_REWARD, WRONG_REWARD = np.float32(1.0), np.float32(-0.1)
+
+
+def cast_rays(pos: np.ndarray, yaw: np.ndarray, objects: np.ndarray, tags: np.ndarray) -> np.ndarray:
+    """Ray observations of ``m`` agents: ``(m, 35)`` float32, ``RayPerceptionOutput`` per ray.
+
+    :param pos: ``(m, 2)`` agent positions (x, z), Unity units.
+    :param yaw: ``(m,)`` headings in degrees, clockwise from ``+z``.
+    :param objects: ``(m, k, 3)`` discs the rays can hit: centre x, centre z, radius (radius <= 0 = absent).
+    :param tags: ``(k,)`` tag index of each disc.
+    """
+    m = len(pos)
+    angle = np.radians(yaw[:, None] + RAY_ANGLES[None, :])  # (m, r)
+    direction = np.stack([np.sin(angle), np.cos(angle)], axis=-1)  # (m, r, 2)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        bound = np.array([HALF_WIDTH, HALF_LENGTH])
+        to_wall = np.where(
+            direction > 0,
+            (bound - pos[:, None, :]) / direction,
+            np.where(direction < 0, (-bound - pos[:, None, :]) / direction, np.inf),
+        )
+    dist = to_wall.min(axis=2)  # (m, r)
+    tag = np.full(dist.shape, WALL, dtype=np.int64)
+    for j, kind in enumerate(tags):
+        centre, radius = objects[:, j, :2], objects[:, j, 2]
+        rel = (centre - pos)[:, None, :]  # (m, 1, 2)
+        along = (rel * direction).sum(axis=2)  # (m, r)
+        gap2 = (rel**2).sum(axis=2) - along**2
+        inside = radius[:, None] ** 2 - gap2
+        hit_at = along - np.sqrt(np.maximum(inside, 0.0))
+        hit = (radius[:, None] > 0) & (inside >= 0) & (hit_at > 0) & (hit_at < dist)
+        dist = np.where(hit, hit_at, dist)
+        tag = np.where(hit, kind, tag)
+    seen = dist <= RAY_LENGTH
+    out = np.zeros((m, len(RAY_ANGLES), RAY_FEATURES), dtype=np.float32)
+    rows, rays = np.nonzero(seen)
+    out[rows, rays, tag[rows, rays]] = 1.0
+    out[..., RAY_TAGS] = ~seen
+    out[..., RAY_TAGS + 1] = np.where(seen, dist / RAY_LENGTH, 1.0)
+    return out.reshape(m, RAY_SIZE)
+
+
+class Hallway(GridScene):
+    """Remember the symbol seen at the start, touch the matching goal at the end (ML-Agents Hallway)."""
+
+    scene_name = "Hallway"
+    behavior_name = "Hallway?team=0"
+    PARAMS: ClassVar[dict[str, Any]] = {
+        "num_agents": 8,
+        "max_steps": 3000,
+        "decision_period": 6,
+        "stable_agent_ids": False,
+        "move_step": MOVE_STEP,
+    }
+    PARAM_DOCS: ClassVar[dict[str, str]] = {
+        "num_agents": "number of hallways, one agent each",
+        "max_steps": "academy steps before an episode is interrupted (Unity's MaxStep); sets the -1/max_steps step cost",
+        "decision_period": "academy steps per decision; the agent moves or turns once per decision",
+        "move_step": "units walked per forward/backward decision (larger = shorter episodes, for small budgets)",
+    }
+
+    @classmethod
+    def _check_params(cls, params: dict[str, Any]) -> None:
+        if not 0.1 <= params["move_step"] <= 2 * RAY_LENGTH:
+            raise UnityConfigurationError(
+                f"Hallway 'move_step' must be in [0.1, {2 * RAY_LENGTH}] units, got {params['move_step']}."
+            )
+
+    def _make_spec(self) -> BehaviorSpec:
+        rays = ObservationSpec(
+            (RAY_SIZE,), (DimensionProperty.NONE,), ObservationType.DEFAULT, "RayPerceptionSensor"
+        )
+        vector = ObservationSpec(
+            (1,), (DimensionProperty.NONE,), ObservationType.DEFAULT, "VectorSensor_size1"
+        )
+        return BehaviorSpec([rays, vector], ActionSpec.create_discrete((5,)))
+
+    def __init__(self, seed: int = 0, side_channels=None, **params: Any) -> None:
+        super().__init__(seed=seed, side_channels=side_channels, **params)
+        n = self.num_agents
+        self._pos = np.zeros((n, 2))  # (x, z)
+        self._yaw = np.zeros(n)  # degrees, clockwise seen from above (Unity's y rotation)
+        self._selection = np.zeros(n, dtype=np.int64)  # 0: symbol O shown, 1: symbol X shown
+        self._symbol = np.zeros((n, 2))  # where the shown symbol stands
+        self._o_goal_x = np.zeros(n)  # x of symbol_O_Goal; symbol_X_Goal is at -x
+        self._seen_symbol = np.zeros(n, dtype=bool)  # the expert walked past the symbol
+        self._right = np.zeros(n, dtype=bool)  # the episode just ended at the right goal
+        self._wrong = np.zeros(n, dtype=bool)  # ... at the wrong goal
+
+    def _on_episode_begin(self, idx: np.ndarray) -> None:
+        m, rng = idx.size, self._rng
+        selection = rng.integers(0, 2, size=m)
+        # as the C#: symbol O at x +- 3, symbol X on the centre line; both at z +- 5
+        x = np.where(selection == 0, rng.uniform(-3.0, 3.0, size=m), 0.0)
+        self._selection[idx] = selection
+        self._symbol[idx] = np.stack([x, rng.uniform(-5.0, 5.0, size=m)], axis=1)
+        self._pos[idx] = np.stack(
+            [rng.uniform(-3.0, 3.0, size=m), -15.0 + rng.uniform(-5.0, 5.0, size=m)], axis=1
+        )
+        self._yaw[idx] = rng.uniform(0.0, 360.0, size=m)
+        self._o_goal_x[idx] = np.where(rng.integers(0, 2, size=m) == 0, GOAL_X, -GOAL_X)
+        self._seen_symbol[idx] = False
+
+    def _on_episode_end(self, idx: np.ndarray, interrupted: np.ndarray) -> None:
+        for right, wrong in zip(self._right[idx], self._wrong[idx]):
+            self.stat("Goal/Correct", float(right))
+            self.stat("Goal/Wrong", float(wrong))
+            self.stat("Hallway/SuccessRate", float(right))
+
+    # ------------------------------------------------------------------ physics
+    def _forward(self, idx: np.ndarray) -> np.ndarray:
+        yaw = np.radians(self._yaw[idx])
+        return np.stack([np.sin(yaw), np.cos(yaw)], axis=1)
+
+    def _goals(self, idx: np.ndarray) -> np.ndarray:
+        """``(m, 2, 2)`` centres of symbol_O_Goal and symbol_X_Goal."""
+        o_x = self._o_goal_x[idx]
+        z = np.full(idx.size, GOAL_Z)
+        return np.stack([np.stack([o_x, z], axis=1), np.stack([-o_x, z], axis=1)], axis=1)
+
+    def _move(self) -> None:
+        act = np.flatnonzero(self._active)
+        if act.size == 0:
+            return
+        action = self._disc_action[act, 0]
+        turn = np.select([action == TURN_RIGHT, action == TURN_LEFT], [TURN_DEGREES, -TURN_DEGREES], 0.0)
+        self._yaw[act] = (self._yaw[act] + turn) % 360.0
+        move = self.params["move_step"]
+        step = np.select([action == FORWARD, action == BACKWARD], [move, -move], 0.0)
+        pos = self._pos[act] + step[:, None] * self._forward(act)
+        limit = np.array([HALF_WIDTH, HALF_LENGTH]) - AGENT_RADIUS
+        self._pos[act] = np.clip(pos, -limit, limit)
+        if self.max_steps > 0:  # -1/MaxStep at each academy step of the decision
+            self._reward[act] += np.float32(-self.decision_period / self.max_steps)
+        reach = (
+            np.linalg.norm(self._goals(act) - self._pos[act][:, None, :], axis=2)
+            <= GOAL_RADIUS + AGENT_RADIUS
+        )
+        touched = reach.any(axis=1)
+        if not touched.any():
+            return
+        done = act[touched]
+        right = reach[touched, self._selection[done]]
+        self._reward[done] = np.where(right, RIGHT_REWARD, WRONG_REWARD)
+        self._right[done], self._wrong[done] = right, ~right
+        self._finish(done, False)
+        self._right[done] = self._wrong[done] = False
+        self._start(done)
+
+    # ------------------------------------------------------------------ observations
+    def _objects(self, idx: np.ndarray) -> np.ndarray:
+        """``(m, 3, 3)`` discs (x, z, radius) of the O goal, the X goal and the shown symbol."""
+        goals = self._goals(idx)
+        discs = np.zeros((idx.size, 3, 3))
+        discs[:, :2, :2] = goals
+        discs[:, :2, 2] = GOAL_RADIUS
+        discs[:, 2, :2] = self._symbol[idx]
+        discs[:, 2, 2] = SYMBOL_RADIUS
+        return discs
+
+    def _observe(self, idx: np.ndarray) -> list[np.ndarray]:
+        objects = self._objects(idx)
+        # the shown symbol's tag depends on the selection: cast once per tag, keep the right one
+        rays_o = cast_rays(self._pos[idx], self._yaw[idx], objects, np.array([O_GOAL, X_GOAL, SYMBOL_O]))
+        rays_x = cast_rays(self._pos[idx], self._yaw[idx], objects, np.array([O_GOAL, X_GOAL, SYMBOL_X]))
+        rays = np.where((self._selection[idx] == 0)[:, None], rays_o, rays_x)
+        steps = self._step_count[idx] / self.max_steps if self.max_steps > 0 else np.zeros(idx.size)
+        return [rays, steps.astype(np.float32)[:, None]]
+
+    # ------------------------------------------------------------------ scripted expert
+    def expert_actions(self, behavior_name: str, decision_steps: DecisionSteps) -> ActionTuple:
+        """A privileged expert (it reads the scene's state, by agent id): walk to the symbol, then to its goal.
+
+        Walking to the symbol first puts it in the rays, so what the expert does next follows from
+        what it has seen: a policy with memory can imitate it from the observations (Unity's
+        ``ExpertHallway.demo`` plays this role for imitation/Hallway.yaml). It turns while its
+        target is more than half a turn off its heading, else walks forward.
+        """
+        self._check_behavior(behavior_name)
+        where = {int(agent): i for i, agent in enumerate(self._agent_id)}
+        unknown = [
+            int(a) for a in decision_steps.agent_id if int(a) not in where or not self._active[where[int(a)]]
+        ]
+        if unknown:
+            raise ValueError(
+                f"Hallway.expert_actions: agent id(s) {unknown} are not live agents of this scene; "
+                "pass the DecisionSteps this scene returned last."
+            )
+        idx = np.array([where[int(a)] for a in decision_steps.agent_id], dtype=np.intp)
+        near = (
+            np.linalg.norm(self._symbol[idx] - self._pos[idx], axis=1)
+            <= SYMBOL_RADIUS + AGENT_RADIUS + self.params["move_step"]
+        )
+        self._seen_symbol[idx] |= near
+        goal = self._goals(idx)[np.arange(idx.size), self._selection[idx]]
+        target = np.where(self._seen_symbol[idx][:, None], goal, self._symbol[idx])
+        delta = target - self._pos[idx]
+        wanted = np.degrees(np.arctan2(delta[:, 0], delta[:, 1]))
+        diff = (wanted - self._yaw[idx] + 180.0) % 360.0 - 180.0
+        action = np.where(
+            np.abs(diff) <= TURN_DEGREES / 2, FORWARD, np.where(diff > 0, TURN_RIGHT, TURN_LEFT)
+        )
+        return ActionTuple(discrete=action.astype(np.int32)[:, None])
