@@ -230,3 +230,27 @@ def test_pyramids_sac_config_trains_with_its_gail_demo_replaced(tmp_path: Path) 
     assert main(args) == 0
     model = algorithm_class("sac").load(tmp_path / "run" / "model.zip")
     assert set(model.reward_signals) == {"extrinsic", "gail"}
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::unity_sb3.config.mlagents_schema.MLAgentsConfigWarning")
+@pytest.mark.parametrize("name", ["ppo/Hallway.yaml", "imitation/Hallway.yaml"])
+def test_hallway_configs_train_unchanged_on_the_hallway_scene(tmp_path: Path, name: str) -> None:
+    """Unity's Hallway configs (memory; the imitation one with GAIL + BC on an expert demo) on the Hallway scene."""
+    from unity_sb3.algorithms.registry import algorithm_class
+    from unity_sb3.cli import main
+    from unity_sb3.demos.writer import record_demo
+    from unity_sb3.scenes import make_scene
+
+    demo = tmp_path / "ExpertHallway.demo"
+    scene = make_scene("Hallway", seed=7, move_step=2.0)
+    behavior = next(iter(scene.behavior_specs))
+    record_demo(scene, behavior, lambda s: scene.expert_actions(behavior, s), str(demo), n_episodes=8)
+    scene.close()
+    args = ["train", "--env", "Hallway", "--config", str(CONFIGS / name), "--demo-path", str(demo)]
+    args += ["--results-dir", str(tmp_path), "--run-id", "run", "--n-timesteps", "300", "--num-envs", "1"]
+    args += ["--no-progress", "--transport", "inprocess"]
+    assert main(args) == 0
+    run = convert_mlagents_config(CONFIGS / name)
+    model = algorithm_class(run.algo).load(tmp_path / "run" / "model.zip")
+    assert model.num_timesteps >= 300
