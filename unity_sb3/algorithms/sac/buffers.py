@@ -21,6 +21,7 @@ from stable_baselines3.common.buffers import DictReplayBuffer, ReplayBuffer
 from stable_baselines3.common.vec_env import VecNormalize
 
 from unity_sb3.algorithms.distributions import action_layout, flat_action_space
+from unity_sb3.algorithms.sac.recurrent import SequenceBatch
 
 
 class MaskedReplayBufferSamples(NamedTuple):
@@ -163,3 +164,126 @@ class MaskedDictReplayBuffer(_MasksMixin, DictReplayBuffer):
             action_masks=masks,
             next_action_masks=next_masks,
         )
+
+
+class _SequencesMixin:
+    """Memories stored per step and batches sampled as sequences, for SAC with memory.
+
+    Before each ``add`` the algorithm calls :meth:`set_memories` with the actor's memory before and
+    after the step and whether the step starts an episode. :meth:`sample` returns
+    ``batch_size // sequence_length`` sequences of ``sequence_length`` consecutive steps of one env
+    (ML-Agents' ``sample_mini_batch(batch_size, sequence_length)``; shorter while the buffer holds
+    fewer steps), never across the write position,
+    with observations and next observations as :class:`~unity_sb3.algorithms.sac.recurrent.SequenceBatch`.
+
+    :param memory_size: floats of memory per agent.
+    :param sequence_length: steps per sampled sequence.
+    """
+
+    buffer_size: int
+    n_envs: int
+    pos: int
+    full: bool
+    observations: Any
+    next_observations: Any
+    actions: np.ndarray
+    rewards: np.ndarray
+    dones: np.ndarray
+    timeouts: np.ndarray
+
+    def __init__(
+        self, *args, memory_size: int, sequence_length: int, optimize_memory_usage: bool = False, **kwargs
+    ) -> None:
+        if optimize_memory_usage:
+            raise ValueError("SAC with memory stores next observations: use optimize_memory_usage=False.")
+        super().__init__(*args, **kwargs)  # type: ignore[call-arg]
+        self.memory_size, self.sequence_length = int(memory_size), int(sequence_length)
+        self.memories = np.zeros((self.buffer_size, self.n_envs, self.memory_size), dtype=np.float32)
+        self.next_memories = np.zeros_like(self.memories)
+        self.episode_starts = np.zeros((self.buffer_size, self.n_envs), dtype=np.float32)
+        self._pending_memories: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+
+    def set_memories(
+        self, memories: np.ndarray, next_memories: np.ndarray, episode_starts: np.ndarray
+    ) -> None:
+        """The next ``add``'s memories ``(n_envs, memory_size)`` before and after the step, and ``(n_envs,)`` starts."""
+        self._pending_memories = (memories, next_memories, episode_starts)
+
+    def add(self, *args, **kwargs) -> None:
+        if self._pending_memories is None:
+            raise RuntimeError("SAC with memory: set_memories must be called before each add.")
+        memories, next_memories, starts = self._pending_memories
+        self.memories[self.pos] = memories
+        self.next_memories[self.pos] = next_memories
+        self.episode_starts[self.pos] = starts
+        self._pending_memories = None
+        super().add(*args, **kwargs)  # type: ignore[misc]
+
+    def sample(self, batch_size: int, env: VecNormalize | None = None) -> MaskedReplayBufferSamples:  # type: ignore[override]
+        filled = self.buffer_size if self.full else self.pos
+        if filled == 0:
+            raise ValueError(
+                "the replay buffer is empty: collect steps (learning_starts > 0) before sampling."
+            )
+        length = min(self.sequence_length, filled)  # shorter sequences while the buffer fills up
+        n_sequences = max(1, batch_size // self.sequence_length)
+        oldest = self.pos if self.full else 0
+        starts = oldest + np.random.randint(0, filled - length + 1, size=n_sequences)
+        rows = ((starts[:, None] + np.arange(length)) % self.buffer_size).ravel()
+        envs = np.repeat(np.random.randint(0, self.n_envs, size=n_sequences), length)
+        return self._sequence_samples(rows, envs, n_sequences, env)
+
+    def _take(self, stored: Any, rows: np.ndarray, envs: np.ndarray) -> Any:
+        if isinstance(stored, dict):
+            return {key: value[rows, envs] for key, value in stored.items()}
+        return stored[rows, envs]
+
+    def _as_torch(self, obs: Any) -> Any:
+        if isinstance(obs, dict):
+            return {key: self.to_torch(value) for key, value in obs.items()}  # type: ignore[attr-defined]
+        return self.to_torch(obs)  # type: ignore[attr-defined]
+
+    def _sequence_samples(
+        self, rows: np.ndarray, envs: np.ndarray, n_sequences: int, env: VecNormalize | None
+    ) -> MaskedReplayBufferSamples:
+        to_torch = self.to_torch  # type: ignore[attr-defined]
+        normalize = self._normalize_obs  # type: ignore[attr-defined]
+        starts = self.episode_starts[rows, envs].reshape(n_sequences, -1)
+        next_starts = np.concatenate([np.zeros((n_sequences, 1), np.float32), starts[:, 1:]], axis=1)
+        first = np.arange(n_sequences) * starts.shape[1]
+        masks, next_masks = (
+            self._masks_at(rows, envs) if isinstance(self, _MasksMixin) else (None, None)  # type: ignore[attr-defined]
+        )
+        return MaskedReplayBufferSamples(
+            observations=SequenceBatch(
+                self._as_torch(normalize(self._take(self.observations, rows, envs), env)),
+                to_torch(starts.ravel()),
+                to_torch(self.memories[rows[first], envs[first]]),
+            ),
+            actions=to_torch(self.actions[rows, envs]),
+            next_observations=SequenceBatch(
+                self._as_torch(normalize(self._take(self.next_observations, rows, envs), env)),
+                to_torch(next_starts.ravel()),
+                to_torch(self.next_memories[rows[first], envs[first]]),
+            ),
+            dones=to_torch((self.dones[rows, envs] * (1 - self.timeouts[rows, envs])).reshape(-1, 1)),
+            rewards=to_torch(self._normalize_reward(self.rewards[rows, envs].reshape(-1, 1), env)),  # type: ignore[attr-defined]
+            action_masks=masks,
+            next_action_masks=next_masks,
+        )
+
+
+class SequenceReplayBuffer(_SequencesMixin, ReplayBuffer):
+    """SB3's ``ReplayBuffer`` sampling sequences with the actor's memories (continuous actions)."""
+
+
+class SequenceDictReplayBuffer(_SequencesMixin, DictReplayBuffer):
+    """SB3's ``DictReplayBuffer`` sampling sequences with the actor's memories (continuous actions)."""
+
+
+class MaskedSequenceReplayBuffer(_SequencesMixin, MaskedReplayBuffer):
+    """:class:`MaskedReplayBuffer` sampling sequences with the actor's memories (discrete/hybrid actions)."""
+
+
+class MaskedSequenceDictReplayBuffer(_SequencesMixin, MaskedDictReplayBuffer):
+    """:class:`MaskedDictReplayBuffer` sampling sequences with the actor's memories (discrete/hybrid actions)."""

@@ -34,6 +34,7 @@ from torch.nn import functional as F
 from unity_sb3.algorithms.distributions import action_layout, hybrid_env_actions
 from unity_sb3.algorithms.mixin import log_stats
 from unity_sb3.algorithms.sac.policies import expected_over_branches
+from unity_sb3.algorithms.sac.recurrent import plain_observations
 
 #: ML-Agents' ``discrete_target_entropy_scale`` (not exposed in its settings either)
 DISCRETE_TARGET_ENTROPY_SCALE = 0.2
@@ -120,13 +121,11 @@ class BranchedTrainingMixin:
         """``(env actions, buffer actions)`` under the current masks: uniform while warming up, else the policy's."""
         masks = self._next_masks if self._next_masks is not None else self._env_masks()
         self._last_masks, self._next_masks = masks, None
-        if self.num_timesteps < learning_starts:
+        warming_up = self.num_timesteps < learning_starts
+        if not warming_up or self._recurrent:  # with memory the memory advances during warm-up too
+            buffer_actions = self._acting_actions(masks)
+        if warming_up:
             buffer_actions = self._random_actions(masks, n_envs)
-        else:
-            self.policy.set_training_mode(False)
-            obs_tensor, _ = self.policy.obs_to_tensor(self._last_obs)
-            with th.no_grad():
-                buffer_actions = self.actor(obs_tensor, False, masks).cpu().numpy()
         if self._continuous_size:  # a Unity env takes ((n, c), (n, k)), SB3's VecEnvs one tuple per env
             return hybrid_env_actions(buffer_actions, self.action_space, self.env), buffer_actions
         return self.policy.to_env_actions(buffer_actions), buffer_actions
@@ -224,7 +223,12 @@ class BranchedTrainingMixin:
             self.actor.optimizer.step()
 
             for name, signal in (self.signals or {}).items():
-                batch = signal.batch(data.observations, data.actions, data.next_observations, data.dones)
+                batch = signal.batch(
+                    plain_observations(data.observations),
+                    data.actions,
+                    plain_observations(data.next_observations),
+                    data.dones,
+                )
                 for key, value in signal.update(batch).items():
                     signal_stats[name][key].append(float(value))
             self._update_bc()

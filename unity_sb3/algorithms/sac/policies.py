@@ -280,6 +280,9 @@ class BranchedSACPolicy(BasePolicy):
     actor: BranchedActor
     critic: BranchedCritic
     critic_target: BranchedCritic
+    #: the classes :meth:`_build` instantiates (the recurrent policy swaps them)
+    actor_class: type[BranchedActor] = BranchedActor
+    critic_class: type[BranchedCritic] = BranchedCritic
 
     def __init__(
         self,
@@ -325,7 +328,7 @@ class BranchedSACPolicy(BasePolicy):
 
     def _build(self, lr_schedule: Schedule) -> None:
         actor_extractor = self.make_features_extractor()
-        self.actor = BranchedActor(
+        self.actor = self.actor_class(
             self.observation_space,
             self.action_space,
             self._pi_arch,
@@ -350,7 +353,7 @@ class BranchedSACPolicy(BasePolicy):
 
     def _make_critic(self, features_extractor: BaseFeaturesExtractor | None) -> BranchedCritic:
         extractor = self.make_features_extractor() if features_extractor is None else features_extractor
-        return BranchedCritic(
+        return self.critic_class(
             self.observation_space,
             self.action_space,
             self._qf_arch,

@@ -42,7 +42,7 @@ the targets and in the actor and entropy terms (:mod:`unity_sb3.algorithms.sac.d
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch as th
@@ -50,19 +50,39 @@ from gymnasium import spaces
 from stable_baselines3 import SAC as SB3SAC
 from stable_baselines3.common.buffers import DictReplayBuffer, ReplayBuffer
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
+from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.utils import polyak_update
-from stable_baselines3.sac.policies import CnnPolicy, MultiInputPolicy, SACPolicy
+from stable_baselines3.sac.policies import CnnPolicy, MlpPolicy, MultiInputPolicy, SACPolicy
 from torch import nn
 from torch.nn import functional as F
 
 from unity_sb3.algorithms.mixin import SignalsAndBCMixin, log_stats
 from unity_sb3.algorithms.reward_signals.settings import RewardSignalConfigError
-from unity_sb3.algorithms.sac.buffers import MaskedDictReplayBuffer, MaskedReplayBuffer
+from unity_sb3.algorithms.sac.buffers import (
+    MaskedDictReplayBuffer,
+    MaskedReplayBuffer,
+    MaskedSequenceDictReplayBuffer,
+    MaskedSequenceReplayBuffer,
+    SequenceDictReplayBuffer,
+    SequenceReplayBuffer,
+)
 from unity_sb3.algorithms.sac.discrete import DISCRETE_TARGET_ENTROPY_SCALE, BranchedTrainingMixin
 from unity_sb3.algorithms.sac.policies import (
     BranchedCnnPolicy,
     BranchedMultiInputPolicy,
     BranchedSACPolicy,
+)
+from unity_sb3.algorithms.sac.recurrent import (
+    DEFAULT_MEMORY_SIZE,
+    DEFAULT_SEQUENCE_LENGTH,
+    RecurrentBranchedCnnPolicy,
+    RecurrentBranchedMultiInputPolicy,
+    RecurrentBranchedSACPolicy,
+    RecurrentCnnPolicy,
+    RecurrentMultiInputPolicy,
+    RecurrentPolicyMixin,
+    RecurrentSACPolicy,
+    plain_observations,
 )
 
 #: SB3's SAC policies (what "MlpPolicy" etc. name) -> their discrete/hybrid counterparts
@@ -70,6 +90,9 @@ BRANCHED_POLICIES: dict[type, type] = {
     SACPolicy: BranchedSACPolicy,
     CnnPolicy: BranchedCnnPolicy,
     MultiInputPolicy: BranchedMultiInputPolicy,
+    RecurrentSACPolicy: RecurrentBranchedSACPolicy,
+    RecurrentCnnPolicy: RecurrentBranchedCnnPolicy,
+    RecurrentMultiInputPolicy: RecurrentBranchedMultiInputPolicy,
 }
 SUPPORTED_ACTION_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.Tuple)
 #: Signals whose Q head bootstraps through episode ends in SAC, besides those with ``ignore_done``.
@@ -111,7 +134,20 @@ class SAC(BranchedTrainingMixin, SignalsAndBCMixin, SB3SAC, _OpenActionSpaces):
     :param discrete_target_entropy_scale: discrete actions only: each branch's target entropy is
         this times ``log(branch size)`` (ML-Agents' 0.2). ``target_entropy`` (``"auto"``: ``-c``)
         is the continuous part's.
+
+    ``"MlpLstmPolicy"``, ``"CnnLstmPolicy"`` and ``"MultiInputLstmPolicy"`` give the actor and
+    the Q networks memory (:mod:`unity_sb3.algorithms.sac.recurrent`); ``policy_kwargs`` then
+    take ML-Agents' ``memory_size`` and ``sequence_length``.
     """
+
+    policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {
+        "MlpPolicy": MlpPolicy,
+        "CnnPolicy": CnnPolicy,
+        "MultiInputPolicy": MultiInputPolicy,
+        "MlpLstmPolicy": RecurrentSACPolicy,
+        "CnnLstmPolicy": RecurrentCnnPolicy,
+        "MultiInputLstmPolicy": RecurrentMultiInputPolicy,
+    }
 
     def __init__(
         self,
@@ -145,7 +181,12 @@ class SAC(BranchedTrainingMixin, SignalsAndBCMixin, SB3SAC, _OpenActionSpaces):
         self.policy_class = policy_class
         if self.replay_buffer_class is None:
             dict_obs = isinstance(self.observation_space, spaces.Dict)
-            self.replay_buffer_class = MaskedDictReplayBuffer if dict_obs else MaskedReplayBuffer
+            if self._recurrent:
+                self.replay_buffer_class = (
+                    MaskedSequenceDictReplayBuffer if dict_obs else MaskedSequenceReplayBuffer
+                )
+            else:
+                self.replay_buffer_class = MaskedDictReplayBuffer if dict_obs else MaskedReplayBuffer
         if not issubclass(self.replay_buffer_class, (MaskedReplayBuffer, MaskedDictReplayBuffer)):
             raise ValueError(
                 f"SAC with discrete actions stores action masks: replay_buffer_class must be MaskedReplayBuffer "
@@ -162,9 +203,42 @@ class SAC(BranchedTrainingMixin, SignalsAndBCMixin, SB3SAC, _OpenActionSpaces):
                 f"gives [-1, 1]), got {box}. Rescale the actions in the env."
             )
 
+    def _use_memory(self) -> None:
+        """Checks and the sequence replay buffer for a recurrent policy (``"MlpLstmPolicy"`` etc.)."""
+        if self.behavioral_cloning is not None:
+            raise ValueError(
+                "behavioral_cloning is not supported by SAC with memory yet (the BC term would need demo "
+                "sequences); drop behavioral_cloning or use a memoryless policy."
+            )
+        if self.n_steps > 1:
+            raise ValueError(
+                "n-step replay (n_steps > 1) is not supported by SAC with memory; use n_steps=1."
+            )
+        self.policy_kwargs = {
+            "memory_size": DEFAULT_MEMORY_SIZE,
+            "sequence_length": DEFAULT_SEQUENCE_LENGTH,
+            **self.policy_kwargs,
+        }
+        self._memory_size = int(self.policy_kwargs["memory_size"])
+        sequence_length = int(self.policy_kwargs["sequence_length"])
+        if self.replay_buffer_class is None and not self._branched:
+            dict_obs = isinstance(self.observation_space, spaces.Dict)
+            self.replay_buffer_class = SequenceDictReplayBuffer if dict_obs else SequenceReplayBuffer
+        self.replay_buffer_kwargs = {
+            **self.replay_buffer_kwargs,
+            "memory_size": self._memory_size,
+            "sequence_length": sequence_length,
+        }
+
     def _setup_model(self) -> None:
         self._branched = not isinstance(self.action_space, spaces.Box)
+        self._recurrent = isinstance(self.policy_class, type) and issubclass(
+            self.policy_class, RecurrentPolicyMixin
+        )
         self._last_masks = self._next_masks = None
+        self._memories = self._episode_starts = self._step_memories = None
+        if self._recurrent:
+            self._use_memory()
         if self._branched:
             self._use_branched_classes()
             OffPolicyAlgorithm._setup_model(self)
@@ -206,18 +280,65 @@ class SAC(BranchedTrainingMixin, SignalsAndBCMixin, SB3SAC, _OpenActionSpaces):
             "_last_masks",
             "_next_masks",
             "_target_entropy_tensor",
+            "_memories",
+            "_episode_starts",
+            "_step_memories",
         ]
 
-    def _setup_learn(self, *args: Any, **kwargs: Any) -> Any:
+    def _setup_learn(
+        self,
+        total_timesteps: int,
+        callback: Any = None,
+        reset_num_timesteps: bool = True,
+        *args: Any,
+        **kwargs: Any,
+    ) -> Any:
         self._next_masks = None  # the env may be reset: ask it again
-        return super()._setup_learn(*args, **kwargs)
+        fresh = reset_num_timesteps or self._last_obs is None
+        result = super()._setup_learn(total_timesteps, callback, reset_num_timesteps, *args, **kwargs)
+        if self._recurrent and (fresh or self._memories is None):  # episodes (re)start: zero memories
+            self._memories = np.zeros((self.n_envs, self._memory_size), np.float32)
+            self._episode_starts = np.ones(self.n_envs, np.float32)
+        return result
+
+    def _acting_actions(self, masks: np.ndarray | None) -> np.ndarray:
+        """The policy's actions (buffer layout) at the last observations; with memory, the memories
+        before and after the step are kept for :meth:`_store_transition`."""
+        self.policy.set_training_mode(False)
+        obs_tensor, _ = self.policy.obs_to_tensor(self._last_obs)
+        with th.no_grad():
+            if not self._recurrent:
+                return self.actor(obs_tensor, False, masks).cpu().numpy()
+            memories = self._memories * (1.0 - self._episode_starts.reshape(-1, 1))
+            actions, new_memories = self.policy.act(obs_tensor, memories, masks)
+        self._step_memories = (memories, new_memories.cpu().numpy())
+        return actions.cpu().numpy()
 
     def _sample_action(
         self, learning_starts: int, action_noise: Any = None, n_envs: int = 1
     ) -> tuple[Any, Any]:
         if self._branched:
             return self._sample_branched_action(learning_starts, n_envs)
-        return super()._sample_action(learning_starts, action_noise, n_envs)
+        if not self._recurrent:
+            return super()._sample_action(learning_starts, action_noise, n_envs)
+        buffer_actions = self._acting_actions(None)  # the memory advances during warm-up too
+        if self.num_timesteps < learning_starts:
+            buffer_actions = self.policy.scale_action(
+                np.array([self.action_space.sample() for _ in range(n_envs)])
+            )
+        if action_noise is not None:
+            buffer_actions = np.clip(buffer_actions + action_noise(), -1, 1)
+        return self.policy.unscale_action(buffer_actions), buffer_actions
+
+    def _record_memories(self, replay_buffer: Any, dones: np.ndarray, infos: list[dict[str, Any]]) -> None:
+        """Store the step's memories and carry them on; an inactive slot's memory does not advance."""
+        assert self._step_memories is not None and self._episode_starts is not None
+        memories, new_memories = self._step_memories
+        inactive = np.array([not info.get("active", True) for info in infos], dtype=bool)
+        new_memories[inactive] = memories[inactive]
+        replay_buffer.set_memories(memories, new_memories, self._episode_starts)
+        self._memories, self._step_memories = new_memories, None
+        self._episode_starts = np.asarray(dones, np.float32).reshape(-1)
 
     def _store_transition(
         self,
@@ -230,6 +351,8 @@ class SAC(BranchedTrainingMixin, SignalsAndBCMixin, SB3SAC, _OpenActionSpaces):
     ) -> None:
         if self._branched:
             self._record_masks(replay_buffer, dones)
+        if self._recurrent:
+            self._record_memories(replay_buffer, dones, infos)
         super()._store_transition(replay_buffer, buffer_action, new_obs, reward, dones, infos)
 
     def predict(  # type: ignore[override]
@@ -241,13 +364,16 @@ class SAC(BranchedTrainingMixin, SignalsAndBCMixin, SB3SAC, _OpenActionSpaces):
         action_masks: np.ndarray | None = None,
     ) -> tuple[Any, tuple[np.ndarray, ...] | None]:
         """SB3's ``predict``; with discrete actions ``action_masks`` ``(n, sum(branches))`` (True =
-        allowed) restrict the choice, as sb3-contrib's ``MaskablePPO.predict``."""
-        if self._branched:
-            return self.policy.predict(observation, state, episode_start, deterministic, action_masks)
-        if action_masks is not None and not np.all(action_masks):
+        allowed) restrict the choice, as sb3-contrib's ``MaskablePPO.predict``. With memory,
+        ``state`` is the ``(n, memory_size)`` memory the previous call returned (None: zeros) and
+        ``episode_start`` ``(n,)`` resets it, as sb3-contrib's recurrent policies."""
+        if not self._branched and action_masks is not None and not np.all(action_masks):
             raise ValueError(
                 f"action_masks are for discrete actions; this model's action space is {self.action_space}."
             )
+        if self._branched or self._recurrent:
+            masks = action_masks if self._branched else None
+            return self.policy.predict(observation, state, episode_start, deterministic, masks)
         return super().predict(observation, state, episode_start, deterministic)
 
     def train(self, gradient_steps: int, batch_size: int = 64) -> None:
@@ -272,7 +398,12 @@ class SAC(BranchedTrainingMixin, SignalsAndBCMixin, SB3SAC, _OpenActionSpaces):
                 reward = data.rewards.reshape(-1)
             else:
                 signal = self.signals[name]
-                batch = signal.batch(data.observations, data.actions, data.next_observations, data.dones)
+                batch = signal.batch(
+                    plain_observations(data.observations),
+                    data.actions,
+                    plain_observations(data.next_observations),
+                    data.dones,
+                )
                 reward = th.as_tensor(signal.reward(batch, None, None), device=self.device)
             columns.append(strength * reward)
         return th.stack(columns, dim=1)
@@ -342,7 +473,12 @@ class SAC(BranchedTrainingMixin, SignalsAndBCMixin, SB3SAC, _OpenActionSpaces):
             self.actor.optimizer.step()
 
             for name, signal in self.signals.items():
-                batch = signal.batch(data.observations, data.actions, data.next_observations, data.dones)
+                batch = signal.batch(
+                    plain_observations(data.observations),
+                    data.actions,
+                    plain_observations(data.next_observations),
+                    data.dones,
+                )
                 for key, value in signal.update(batch).items():
                     signal_stats[name][key].append(float(value))
             self._update_bc()

@@ -1,0 +1,227 @@
+"""SAC with memory (unity_sb3.algorithms.sac.recurrent): sequences sampled from the replay buffer,
+memory carried while acting, inactive slots, save/load and a task only memory solves."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch as th
+from gymnasium import spaces
+from stable_baselines3.common.vec_env import DummyVecEnv
+
+from unity_sb3 import SAC
+from unity_sb3.algorithms.sac.buffers import SequenceReplayBuffer
+from unity_sb3.algorithms.sac.recurrent import MemoryExtractor
+
+ACTION_SPACES = {
+    "box": spaces.Box(-1.0, 1.0, (1,), np.float32),
+    "discrete": spaces.Discrete(2),
+    "multidiscrete": spaces.MultiDiscrete([2, 3]),
+    "hybrid": spaces.Tuple((spaces.Box(-1.0, 1.0, (1,), np.float32), spaces.MultiDiscrete([2]))),
+}
+
+
+class CueEnv(gym.Env):
+    """The cue (+1 or -1) is shown only at the first step; at the last step the action must match it.
+
+    Reward 1 for a match (the first discrete branch's choice, or the sign of the first continuous
+    action), else 0: a memoryless policy gets 0.5 on average.
+    """
+
+    def __init__(self, action_space: spaces.Space, length: int = 3) -> None:
+        self.observation_space = spaces.Box(-1.0, 1.0, (2,), np.float32)
+        self.action_space = action_space
+        self.length = length
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
+        super().reset(seed=seed)
+        self.t, self.cue = 0, float(self.np_random.choice([-1.0, 1.0]))
+        return np.array([self.cue, 1.0], np.float32), {}
+
+    def _choice(self, action) -> float:
+        if isinstance(self.action_space, spaces.Box):
+            return float(np.sign(np.asarray(action).ravel()[0]))
+        if isinstance(self.action_space, spaces.Tuple):
+            return float(np.sign(np.asarray(action[0]).ravel()[0]))
+        return 1.0 if int(np.asarray(action).ravel()[0]) == 1 else -1.0
+
+    def step(self, action) -> tuple[np.ndarray, float, bool, bool, dict]:
+        self.t += 1
+        done = self.t >= self.length
+        reward = float(self._choice(action) == self.cue) if done else 0.0
+        return np.zeros(2, np.float32), reward, done, False, {}
+
+
+def make_sac(action_space: spaces.Space, n_envs: int = 1, **kwargs) -> SAC:
+    env = DummyVecEnv([lambda: CueEnv(action_space) for _ in range(n_envs)])
+    policy_kwargs = dict(net_arch=[16], memory_size=8, sequence_length=4)
+    return SAC(
+        "MlpLstmPolicy", env, learning_starts=8, batch_size=16, seed=0, policy_kwargs=policy_kwargs, **kwargs
+    )
+
+
+def cue_score(model: SAC, episodes: int = 40) -> float:
+    env, rewards = CueEnv(model.action_space), []
+    for episode in range(episodes):
+        obs, _ = env.reset(seed=1000 + episode)
+        memory, start, done, reward = None, np.ones(1, bool), False, 0.0
+        while not done:
+            action, memory = model.predict(obs[None], memory, start, deterministic=True)
+            obs, reward, done, _, _ = env.step(
+                action[0] if not isinstance(action, tuple) else tuple(a[0] for a in action)
+            )
+            start = np.zeros(1, bool)
+        rewards.append(reward)
+    return float(np.mean(rewards))
+
+
+def filled_buffer(steps: int, n_envs: int = 2, size: int = 10, length: int = 3) -> SequenceReplayBuffer:
+    """A buffer whose step ``t`` of env ``e`` has observation ``[t, e]``, memory ``t`` and an episode start every 4 steps."""
+    buffer = SequenceReplayBuffer(
+        size,
+        spaces.Box(-np.inf, np.inf, (2,)),
+        spaces.Box(-1, 1, (1,)),
+        n_envs=n_envs,
+        memory_size=2,
+        sequence_length=length,
+    )
+    for t in range(steps):
+        obs = np.array([[t, e] for e in range(n_envs)], np.float32)
+        buffer.set_memories(
+            np.full((n_envs, 2), t, np.float32),
+            np.full((n_envs, 2), t + 0.5, np.float32),
+            np.full(n_envs, float(t % 4 == 0)),
+        )
+        buffer.add(
+            obs,
+            obs + 1,
+            np.zeros((n_envs, 1)),
+            np.zeros(n_envs),
+            np.zeros(n_envs),
+            [{} for _ in range(n_envs)],
+        )
+    return buffer
+
+
+@pytest.mark.parametrize("steps", [7, 25])  # not yet full; full and wrapped around
+def test_buffer_samples_consecutive_steps_of_one_env_with_the_first_steps_memory(steps: int) -> None:
+    buffer = filled_buffer(steps)
+    data = buffer.sample(12)  # 12 // 3 = 4 sequences
+    obs = data.observations.observations.numpy().reshape(4, 3, 2)
+    assert np.all(np.diff(obs[:, :, 0], axis=1) == 1)  # consecutive steps, never across the write position
+    assert np.all(obs[:, :, 1] == obs[:, :1, 1])  # one env per sequence
+    assert np.all(obs[:, 0, 0] >= steps - 10)  # overwritten rows are never sampled
+    np.testing.assert_array_equal(data.observations.memories.numpy()[:, 0], obs[:, 0, 0])
+    np.testing.assert_array_equal(data.next_observations.memories.numpy()[:, 0], obs[:, 0, 0] + 0.5)
+    starts = data.observations.episode_starts.numpy().reshape(4, 3)
+    np.testing.assert_array_equal(starts, obs[:, :, 0] % 4 == 0)
+    next_starts = data.next_observations.episode_starts.numpy().reshape(4, 3)
+    np.testing.assert_array_equal(next_starts[:, 0], 0.0)  # the next step continues the same episode
+    np.testing.assert_array_equal(next_starts[:, 1:], starts[:, 1:])
+
+
+def test_buffer_samples_shorter_sequences_while_it_holds_fewer_steps() -> None:
+    data = filled_buffer(2).sample(6)
+    assert data.observations.memories.shape == (2, 2) and len(data.observations.episode_starts) == 4
+    with pytest.raises(ValueError, match="empty"):
+        filled_buffer(0).sample(6)
+
+
+def test_memory_resets_where_an_episode_starts() -> None:
+    model = make_sac(ACTION_SPACES["box"])
+    extractor = model.actor.features_extractor
+    assert isinstance(extractor, MemoryExtractor)
+    features = th.randn(1, 4, extractor.body.features_dim)
+    memories = th.randn(1, extractor.memory_size)
+    starts = th.tensor([[0.0, 0.0, 1.0, 0.0]])
+    outputs, _ = extractor.unroll(features, starts, memories)
+    fresh, _ = extractor.unroll(features[:, 2:], th.zeros(1, 2), th.zeros_like(memories))
+    th.testing.assert_close(outputs[:, 2:], fresh)
+
+
+@pytest.mark.parametrize("name", list(ACTION_SPACES))
+def test_predict_carries_the_memory_and_episode_start_resets_it(name: str) -> None:
+    model = make_sac(ACTION_SPACES[name])
+    obs = np.array([[1.0, 1.0], [-1.0, 1.0]], np.float32)
+    _, memory = model.predict(obs)
+    assert memory.shape == (2, 8) and np.abs(memory).sum() > 0
+    _, carried = model.predict(np.zeros_like(obs), memory, np.zeros(2, bool))
+    _, reset = model.predict(np.zeros_like(obs), memory, np.ones(2, bool))
+    _, fresh = model.predict(np.zeros_like(obs))
+    assert not np.allclose(carried, fresh)
+    np.testing.assert_allclose(reset, fresh, atol=1e-6)
+    with pytest.raises(ValueError, match="state must be the memory"):
+        model.predict(obs, np.zeros((2, 3)))
+
+
+def test_an_inactive_slot_keeps_its_memory() -> None:
+    model = make_sac(ACTION_SPACES["box"], n_envs=2)
+    model._setup_learn(10)
+    model._sample_action(0, None, 2)
+    before = model._step_memories[0].copy()
+    buffer = model.replay_buffer
+    obs = np.zeros((2, 2), np.float32)
+    model._store_transition(buffer, np.zeros((2, 1)), obs, np.zeros(2), np.zeros(2), [{"active": False}, {}])
+    np.testing.assert_array_equal(model._memories[0], before[0])
+    assert not np.allclose(model._memories[1], before[1])
+    np.testing.assert_array_equal(buffer.next_memories[0, 0], before[0])
+
+
+@pytest.mark.parametrize("name", list(ACTION_SPACES))
+def test_trains_and_reloads_with_the_same_actions_and_memory(name: str, tmp_path) -> None:
+    model = make_sac(ACTION_SPACES[name], n_envs=2)
+    model.learn(40)
+    obs = np.array([[1.0, 1.0], [-1.0, 1.0]], np.float32)
+    action, memory = model.predict(obs, deterministic=True)
+    model.save(tmp_path / "model.zip")
+    loaded = SAC.load(tmp_path / "model.zip")
+    assert loaded.policy.memory_size == 8 and loaded.policy.sequence_length == 4
+    loaded_action, loaded_memory = loaded.predict(obs, deterministic=True)
+    np.testing.assert_allclose(loaded_memory, memory, atol=1e-6)
+    for a, b in zip(
+        *((action, loaded_action) if isinstance(action, tuple) else ((action,), (loaded_action,)))
+    ):
+        np.testing.assert_allclose(a, b, atol=1e-6)
+    loaded.set_env(model.get_env())
+    loaded.learn(20, reset_num_timesteps=False)
+
+
+def test_trains_with_reward_signals() -> None:
+    model = make_sac(
+        ACTION_SPACES["discrete"], reward_signals={"extrinsic": {}, "curiosity": {"strength": 0.01}}
+    )
+    model.learn(40)
+    assert model.logger.name_to_value["reward_signals/curiosity/reward"] >= 0.0
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"behavioral_cloning": {"demo_path": "x.demo"}}, "behavioral_cloning"),
+        ({"n_steps": 2}, "n_steps"),
+        ({"policy_kwargs": dict(memory_size=7)}, "even"),
+    ],
+)
+def test_refuses_what_memory_does_not_support(kwargs: dict, match: str) -> None:
+    env = DummyVecEnv([lambda: CueEnv(ACTION_SPACES["box"])])
+    with pytest.raises(ValueError, match=match):
+        SAC("MlpLstmPolicy", env, **kwargs)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["discrete", "box"])
+def test_learns_a_cue_shown_only_at_the_first_step(name: str) -> None:
+    env = DummyVecEnv([lambda: CueEnv(ACTION_SPACES[name])])
+    policy_kwargs = dict(net_arch=[32], memory_size=32, sequence_length=4)
+    model = SAC(
+        "MlpLstmPolicy",
+        env,
+        learning_starts=200,
+        batch_size=64,
+        learning_rate=3e-3,
+        seed=0,
+        policy_kwargs=policy_kwargs,
+    )
+    model.learn(1500)
+    assert cue_score(model) >= 0.9  # memoryless: 0.5

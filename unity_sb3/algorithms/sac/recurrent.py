@@ -1,0 +1,324 @@
+"""SAC policies with memory (an LSTM after the observation encoder), as ML-Agents' SAC builds them.
+
+ML-Agents puts an LSTM between each network body's encoder and its heads; its memory is the
+LSTM's hidden and cell state side by side, ``memory_size = 2 * hidden`` floats per agent. Here:
+
+- **Actor**: encoder -> LSTM -> SAC's heads. While acting its memory is carried from step to step
+  (reset to zeros at episode starts) and stored in the replay buffer with each step; a sampled
+  sequence starts from the stored memory of its first step (ML-Agents' ``BufferKey.MEMORY``).
+- **Q networks**: each critic (and target) has its own encoder and LSTM; a sampled sequence runs
+  them from zero memory, as ML-Agents' SAC does for its Q networks (``q_memories`` are zeros in
+  ``TorchSACOptimizer.update``).
+- A replay batch is a set of sequences of ``sequence_length`` consecutive steps of one agent; the
+  memory is reset inside a sequence where an episode starts (ML-Agents pads episodes instead).
+
+A batch of sequences travels through SB3's and the project's SAC losses as a :class:`SequenceBatch`
+in place of the observations: the actor and critics below unroll their LSTM over it and return
+features ``(n_sequences * sequence_length, hidden)``, so the losses are the memoryless ones.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch as th
+from gymnasium import spaces
+from stable_baselines3.common.torch_layers import (
+    BaseFeaturesExtractor,
+    CombinedExtractor,
+    NatureCNN,
+)
+from stable_baselines3.common.type_aliases import PyTorchObs
+from stable_baselines3.sac.policies import Actor, ContinuousCritic, SACPolicy
+from torch import nn
+
+from unity_sb3.algorithms.sac.policies import BranchedActor, BranchedCritic, BranchedSACPolicy
+
+#: ML-Agents' ``NetworkSettings.MemorySettings`` defaults
+DEFAULT_MEMORY_SIZE = 128
+DEFAULT_SEQUENCE_LENGTH = 64
+
+
+class SequenceBatch(NamedTuple):
+    """Observations of ``n`` sequences of ``L`` steps each, with what the LSTM needs to unroll them.
+
+    :param observations: ``(n * L, ...)`` (or a dict of them), sequence-major.
+    :param episode_starts: ``(n * L,)`` float, 1.0 where an episode starts (the memory is reset there).
+    :param memories: ``(n, memory_size)``: the actor's memory before each sequence's first step.
+    """
+
+    observations: PyTorchObs
+    episode_starts: th.Tensor
+    memories: th.Tensor
+
+
+def plain_observations(observations: PyTorchObs | SequenceBatch) -> PyTorchObs:
+    """The observations of a replay batch, whether or not it is a :class:`SequenceBatch`."""
+    return observations.observations if isinstance(observations, SequenceBatch) else observations
+
+
+class MemoryExtractor(BaseFeaturesExtractor):
+    """A features extractor followed by an LSTM whose state is ML-Agents' flat memory ``[hidden, cell]``.
+
+    Called directly (SB3's way) it treats each row as one step from zero memory; the recurrent
+    actor and critics use :meth:`unroll` instead.
+
+    :param body: the observation encoder.
+    :param memory_size: floats of memory per agent (even; the LSTM has ``memory_size // 2`` units).
+    """
+
+    def __init__(self, body: BaseFeaturesExtractor, memory_size: int) -> None:
+        if memory_size <= 0 or memory_size % 2:
+            raise ValueError(
+                f"memory_size must be a positive even number (hidden + cell), got {memory_size}."
+            )
+        super().__init__(body._observation_space, memory_size // 2)
+        self.body = body
+        self.memory_size = memory_size
+        self.lstm = nn.LSTM(body.features_dim, memory_size // 2, batch_first=True)
+
+    def unroll(
+        self, features: th.Tensor, episode_starts: th.Tensor, memories: th.Tensor
+    ) -> tuple[th.Tensor, th.Tensor]:
+        """Run the LSTM over sequences, resetting the memory where an episode starts.
+
+        :param features: ``(n, L, body.features_dim)`` encoded observations.
+        :param episode_starts: ``(n, L)``, 1.0 at an episode's first step.
+        :param memories: ``(n, memory_size)`` before each first step.
+        :return: outputs ``(n, L, memory_size // 2)`` and the memory after each last step ``(n, memory_size)``.
+        """
+        hidden, cell = (m.unsqueeze(0).contiguous() for m in memories.chunk(2, dim=1))
+        outputs = []
+        for t in range(features.shape[1]):
+            keep = (1.0 - episode_starts[:, t]).reshape(1, -1, 1)
+            output, (hidden, cell) = self.lstm(features[:, t : t + 1], (hidden * keep, cell * keep))
+            outputs.append(output)
+        return th.cat(outputs, dim=1), th.cat([hidden[0], cell[0]], dim=1)
+
+    def forward(self, observations: th.Tensor) -> th.Tensor:
+        features = self.body(observations).unsqueeze(1)
+        zeros = features.new_zeros(features.shape[0], self.memory_size)
+        return self.unroll(features, features.new_zeros(features.shape[:2]), zeros)[0][:, 0]
+
+
+class _UnrollsSequences:
+    """Actor/critic mix-in: features of a :class:`SequenceBatch` come from the LSTM unrolled over it.
+
+    ``final_memories`` keeps the memory after the last step of the latest unroll (what acting carries on).
+    """
+
+    #: whether sequences start from their stored (actor's) memory, or from zeros (ML-Agents' Q networks)
+    starts_from_stored_memory: bool = True
+    final_memories: th.Tensor | None = None
+
+    def extract_features(self, obs: Any, features_extractor: BaseFeaturesExtractor) -> th.Tensor:
+        if not isinstance(obs, SequenceBatch):
+            return super().extract_features(obs, features_extractor)  # type: ignore[misc]
+        if not isinstance(features_extractor, MemoryExtractor):
+            raise TypeError(
+                f"a SequenceBatch needs a MemoryExtractor, got {type(features_extractor).__name__}."
+            )
+        body_features = super().extract_features(obs.observations, features_extractor.body)  # type: ignore[misc]
+        n = obs.memories.shape[0]
+        memories = obs.memories if self.starts_from_stored_memory else th.zeros_like(obs.memories)
+        outputs, self.final_memories = features_extractor.unroll(
+            body_features.reshape(n, -1, body_features.shape[-1]), obs.episode_starts.reshape(n, -1), memories
+        )
+        return outputs.reshape(-1, outputs.shape[-1])
+
+
+class RecurrentActor(_UnrollsSequences, Actor):
+    """SB3's SAC actor over :class:`SequenceBatch` observations (continuous actions)."""
+
+
+class RecurrentContinuousCritic(_UnrollsSequences, ContinuousCritic):
+    """SB3's twin Q networks over :class:`SequenceBatch` observations, unrolled from zero memory."""
+
+    starts_from_stored_memory = False
+
+
+class RecurrentBranchedActor(_UnrollsSequences, BranchedActor):
+    """The discrete/hybrid actor over :class:`SequenceBatch` observations."""
+
+
+class RecurrentBranchedCritic(_UnrollsSequences, BranchedCritic):
+    """The discrete/hybrid Q networks over :class:`SequenceBatch` observations, unrolled from zero memory."""
+
+    starts_from_stored_memory = False
+
+
+class RecurrentPolicyMixin:
+    """What the recurrent SAC policies add to their memoryless bases: memory settings, the memory
+    extractor and acting with a carried memory (sb3-contrib's ``predict(obs, state, episode_start)``).
+
+    The ``state`` of :meth:`predict` is ML-Agents' flat memory, ``(n_envs, memory_size)`` float32.
+    """
+
+    memory_size: int
+    sequence_length: int
+    actor: Any
+    action_space: spaces.Space
+
+    def _init_memory(self, memory_size: int, sequence_length: int) -> None:
+        if sequence_length < 1:
+            raise ValueError(f"sequence_length must be >= 1, got {sequence_length}.")
+        self.memory_size, self.sequence_length = int(memory_size), int(sequence_length)
+
+    def make_features_extractor(self) -> MemoryExtractor:
+        return MemoryExtractor(super().make_features_extractor(), self.memory_size)  # type: ignore[misc]
+
+    def _get_constructor_parameters(self) -> dict[str, Any]:
+        data = super()._get_constructor_parameters()  # type: ignore[misc]
+        data.update(memory_size=self.memory_size, sequence_length=self.sequence_length)
+        return data
+
+    def act(
+        self,
+        obs: PyTorchObs,
+        memories: th.Tensor | np.ndarray,
+        action_masks: np.ndarray | th.Tensor | None = None,
+        deterministic: bool = False,
+    ) -> tuple[th.Tensor, th.Tensor]:
+        """One step of every agent: actions in the replay buffer's layout and the memories after it.
+
+        :param obs: ``(n, ...)`` observations (tensors).
+        :param memories: ``(n, memory_size)`` before the step (already reset at episode starts).
+        :param action_masks: ``(n, sum(branches))`` (discrete actions only), True = allowed.
+        """
+        memories = th.as_tensor(memories, dtype=th.float32, device=self.actor.device)
+        batch = SequenceBatch(obs, memories.new_zeros(memories.shape[0]), memories)
+        if action_masks is None:
+            actions = self.actor(batch, deterministic)
+        else:
+            actions = self.actor(batch, deterministic, action_masks)
+        return actions, self.actor.final_memories
+
+    def predict(  # type: ignore[override]
+        self,
+        observation: np.ndarray | dict[str, np.ndarray],
+        state: np.ndarray | None = None,
+        episode_start: np.ndarray | None = None,
+        deterministic: bool = False,
+        action_masks: np.ndarray | None = None,
+    ) -> tuple[Any, np.ndarray]:
+        """Actions and the new memory, as sb3-contrib's recurrent policies.
+
+        :param state: ``(n, memory_size)`` memory from the previous call; None = zeros (episodes starting).
+        :param episode_start: ``(n,)``, True where an episode starts (its memory is reset first).
+        :param action_masks: ``(n, sum(branches))`` (discrete actions only), True = allowed.
+        :return: actions as the memoryless policy returns them, and the memory ``(n, memory_size)``.
+        """
+        self.set_training_mode(False)  # type: ignore[attr-defined]
+        obs_tensor, vectorized_env = self.obs_to_tensor(observation)  # type: ignore[attr-defined]
+        n = len(next(iter(obs_tensor.values())) if isinstance(obs_tensor, dict) else obs_tensor)
+        memories = (
+            np.zeros((n, self.memory_size), np.float32) if state is None else np.asarray(state, np.float32)
+        )
+        if memories.shape != (n, self.memory_size):
+            raise ValueError(
+                f"state must be the memory returned by the previous predict, shape ({n}, {self.memory_size}), "
+                f"got {memories.shape}."
+            )
+        if episode_start is not None:
+            memories = memories * (1.0 - np.asarray(episode_start, np.float32).reshape(n, 1))
+        with th.no_grad():
+            actions, new_memories = self.act(obs_tensor, memories, action_masks, deterministic)
+        env_actions = self.to_env_actions(actions.cpu().numpy())  # type: ignore[attr-defined]
+        if not vectorized_env:
+            env_actions = (
+                tuple(a[0] for a in env_actions) if isinstance(env_actions, tuple) else env_actions[0]
+            )
+        return env_actions, new_memories.cpu().numpy()
+
+
+class RecurrentSACPolicy(RecurrentPolicyMixin, SACPolicy):
+    """SB3's ``SACPolicy`` (continuous actions) with memory in the actor and Q networks.
+
+    Takes ``SACPolicy``'s arguments, plus:
+
+    :param memory_size: ML-Agents' ``memory_size``: LSTM hidden + cell floats (LSTM units = half).
+    :param sequence_length: ML-Agents' ``sequence_length``: steps per sampled training sequence.
+    """
+
+    def __init__(
+        self,
+        *args: Any,
+        memory_size: int = DEFAULT_MEMORY_SIZE,
+        sequence_length: int = DEFAULT_SEQUENCE_LENGTH,
+        **kwargs: Any,
+    ) -> None:
+        self._init_memory(memory_size, sequence_length)
+        super().__init__(*args, **kwargs)
+
+    def make_actor(self, features_extractor: BaseFeaturesExtractor | None = None) -> RecurrentActor:
+        return RecurrentActor(**self._update_features_extractor(self.actor_kwargs, features_extractor)).to(
+            self.device
+        )
+
+    def make_critic(
+        self, features_extractor: BaseFeaturesExtractor | None = None
+    ) -> RecurrentContinuousCritic:
+        kwargs = self._update_features_extractor(self.critic_kwargs, features_extractor)
+        return RecurrentContinuousCritic(**kwargs).to(self.device)
+
+    def to_env_actions(self, actions: np.ndarray) -> np.ndarray:
+        """Squashed actions ``(n, *shape)`` in [-1, 1] -> the action space's bounds."""
+        return self.unscale_action(actions.reshape((-1, *self.action_space.shape)))  # type: ignore[misc]
+
+
+class RecurrentCnnPolicy(RecurrentSACPolicy):
+    """:class:`RecurrentSACPolicy` with SB3's NatureCNN (image observations)."""
+
+    def __init__(
+        self, *args: Any, features_extractor_class: type[BaseFeaturesExtractor] = NatureCNN, **kwargs
+    ):
+        super().__init__(*args, features_extractor_class=features_extractor_class, **kwargs)
+
+
+class RecurrentMultiInputPolicy(RecurrentSACPolicy):
+    """:class:`RecurrentSACPolicy` with SB3's CombinedExtractor (``Dict`` observations)."""
+
+    def __init__(
+        self, *args: Any, features_extractor_class: type[BaseFeaturesExtractor] = CombinedExtractor, **kwargs
+    ):
+        super().__init__(*args, features_extractor_class=features_extractor_class, **kwargs)
+
+
+class RecurrentBranchedSACPolicy(RecurrentPolicyMixin, BranchedSACPolicy):
+    """:class:`BranchedSACPolicy` (discrete and hybrid actions) with memory in the actor and Q networks.
+
+    :param memory_size: see :class:`RecurrentSACPolicy`.
+    :param sequence_length: see :class:`RecurrentSACPolicy`.
+    """
+
+    actor_class = RecurrentBranchedActor
+    critic_class = RecurrentBranchedCritic
+
+    def __init__(
+        self,
+        *args: Any,
+        memory_size: int = DEFAULT_MEMORY_SIZE,
+        sequence_length: int = DEFAULT_SEQUENCE_LENGTH,
+        **kwargs: Any,
+    ) -> None:
+        self._init_memory(memory_size, sequence_length)
+        super().__init__(*args, **kwargs)
+
+
+class RecurrentBranchedCnnPolicy(RecurrentBranchedSACPolicy):
+    """:class:`RecurrentBranchedSACPolicy` with SB3's NatureCNN (image observations)."""
+
+    def __init__(
+        self, *args: Any, features_extractor_class: type[BaseFeaturesExtractor] = NatureCNN, **kwargs
+    ):
+        super().__init__(*args, features_extractor_class=features_extractor_class, **kwargs)
+
+
+class RecurrentBranchedMultiInputPolicy(RecurrentBranchedSACPolicy):
+    """:class:`RecurrentBranchedSACPolicy` with SB3's CombinedExtractor (``Dict`` observations)."""
+
+    def __init__(
+        self, *args: Any, features_extractor_class: type[BaseFeaturesExtractor] = CombinedExtractor, **kwargs
+    ):
+        super().__init__(*args, features_extractor_class=features_extractor_class, **kwargs)
