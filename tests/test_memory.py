@@ -1,0 +1,104 @@
+"""ML-Agents' LSTM memory (``unity_sb3.networks.memory``): memory layout, episode resets, chunking."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch as th
+
+from unity_sb3.networks.memory import (
+    LSTMMemory,
+    check_memory_settings,
+    from_sequences,
+    n_sequences,
+    sequence_starts,
+    to_sequences,
+)
+
+
+def stepwise(memory: LSTMMemory, features: th.Tensor, memories: th.Tensor, starts: th.Tensor):
+    """Reference: one step at a time, zeroing the memory before each episode start."""
+    outputs = []
+    for t in range(features.shape[1]):
+        memories = memories * (1.0 - starts[:, t : t + 1])
+        output, memories = memory(features[:, t : t + 1], memories)
+        outputs.append(output)
+    return th.cat(outputs, dim=1), memories
+
+
+@pytest.mark.parametrize("memory_size", [2, 16])
+@pytest.mark.parametrize("start_columns", [[], [0], [3], [1, 4, 6]], ids=str)
+def test_unroll_equals_stepping_with_resets_at_episode_starts(
+    memory_size: int, start_columns: list[int]
+) -> None:
+    th.manual_seed(0)
+    memory = LSTMMemory(input_size=5, memory_size=memory_size)
+    features, memories = th.randn(3, 7, 5), th.randn(3, memory_size)
+    starts = th.zeros(3, 7)
+    for column in start_columns:
+        starts[column % 3, column] = 1.0  # a different slot each time: the others keep their memory
+    outputs, final = memory(features, memories, starts)
+    assert outputs.shape == (3, 7, memory_size // 2) and final.shape == (3, memory_size)
+    expected_outputs, expected_final = stepwise(memory, features, memories, starts)
+    th.testing.assert_close(outputs, expected_outputs)
+    th.testing.assert_close(final, expected_final)
+
+
+def test_memories_are_hidden_then_cell_state_and_the_output_is_the_hidden_state() -> None:
+    th.manual_seed(1)
+    memory = LSTMMemory(input_size=4, memory_size=6)
+    features, memories = th.randn(2, 3, 4), th.randn(2, 6)
+    outputs, final = memory(features, memories)
+    hidden, cell = memories[:, :3].unsqueeze(0), memories[:, 3:].unsqueeze(0)
+    expected, (h, c) = memory.lstm(features, (hidden.contiguous(), cell.contiguous()))
+    th.testing.assert_close(outputs, expected)
+    th.testing.assert_close(final, th.cat([h[0], c[0]], dim=1))
+    th.testing.assert_close(outputs[:, -1], final[:, :3])
+
+
+def test_episode_start_forgets_what_came_before() -> None:
+    th.manual_seed(2)
+    memory = LSTMMemory(input_size=3, memory_size=8)
+    features = th.randn(1, 4, 3)
+    starts = th.tensor([[0.0, 0.0, 1.0, 0.0]])
+    with_past, _ = memory(features, th.randn(1, 8), starts)
+    fresh, _ = memory(features[:, 2:], memory.initial_memories(1))
+    th.testing.assert_close(with_past[:, 2:], fresh)
+    assert not th.allclose(with_past[:, :2], memory(features[:, :2], memory.initial_memories(1))[0])
+
+
+def test_forget_gate_bias_as_ml_agents() -> None:
+    lstm = LSTMMemory(input_size=3, memory_size=8).lstm
+    for bias in (lstm.bias_ih_l0, lstm.bias_hh_l0):
+        blocks = bias.detach().split(4)
+        assert th.all(blocks[1] == 1.0) and all(th.all(b == 0.0) for i, b in enumerate(blocks) if i != 1)
+
+
+@pytest.mark.parametrize(("memory_size", "sequence_length"), [(0, 4), (7, 4), (-2, 4), (8, 0)])
+def test_bad_memory_settings_are_rejected_with_the_rule(memory_size: int, sequence_length: int) -> None:
+    with pytest.raises(ValueError, match=r"memory_size must be a positive even|sequence_length must be"):
+        check_memory_settings(memory_size, sequence_length)
+
+
+def test_wrong_memory_shape_is_reported() -> None:
+    memory = LSTMMemory(input_size=3, memory_size=8)
+    with pytest.raises(ValueError, match=r"memories \[batch, 8\]"):
+        memory(th.zeros(2, 5, 3), th.zeros(2, 6))
+
+
+@pytest.mark.parametrize("library", ["numpy", "torch"])
+@pytest.mark.parametrize(("n_steps", "sequence_length"), [(10, 4), (8, 4), (3, 5), (1, 1)])
+def test_chunks_pad_the_last_and_round_trip(library: str, n_steps: int, sequence_length: int) -> None:
+    series = np.arange(n_steps * 2, dtype=np.float32).reshape(n_steps, 2) + 1.0
+    if library == "torch":
+        series = th.as_tensor(series)
+    chunks, mask = to_sequences(series, sequence_length, pad_value=-1.0)
+    n = n_sequences(n_steps, sequence_length)
+    assert chunks.shape == (n, sequence_length, 2) and mask.shape == (n, sequence_length)
+    assert type(chunks) is type(series) and type(mask) is type(series)
+    assert int(mask.sum()) == n_steps and bool(mask.reshape(-1)[:n_steps].all())
+    assert (chunks[~mask] == -1.0).all() and (chunks[mask] > 0).all()
+    np.testing.assert_array_equal(
+        np.asarray(chunks[:, 0]), np.asarray(series[sequence_starts(n_steps, sequence_length)])
+    )
+    np.testing.assert_array_equal(np.asarray(from_sequences(chunks, mask)), np.asarray(series))

@@ -1,0 +1,161 @@
+"""ML-Agents' memory: an LSTM whose state is one flat ``[hidden, cell]`` vector per agent, and the
+helpers that cut a slot's time series into fixed-length training sequences.
+
+ML-Agents (``mlagents/trainers/torch_entities/layers.py`` ``LSTM``) stores ``memory_size`` floats per
+agent: the LSTM's hidden state followed by its cell state, so the LSTM has ``memory_size // 2``
+units. Memories are stored at every step while acting; training cuts each agent's trajectory into
+chunks of ``sequence_length`` steps, each unrolled from the memory stored at its first step
+(truncated back-propagation through time). Unlike ML-Agents, which pads episodes so a sequence never
+crosses an episode boundary, :class:`LSTMMemory` resets the memory where an episode starts inside a
+sequence, so rollouts cut at any step (time horizon, rollout end) can be chunked as they are.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import TypeVar
+
+import numpy as np
+import torch as th
+from torch import nn
+
+#: ML-Agents' ``NetworkSettings.MemorySettings`` defaults
+DEFAULT_MEMORY_SIZE = 128
+DEFAULT_SEQUENCE_LENGTH = 64
+
+ArrayT = TypeVar("ArrayT", np.ndarray, th.Tensor)
+
+
+def check_memory_settings(memory_size: int, sequence_length: int) -> None:
+    """Raise a clear error for memory settings ML-Agents would not accept.
+
+    :param memory_size: floats of memory per agent (hidden + cell state): positive and even.
+    :param sequence_length: steps per training sequence: positive.
+    """
+    if memory_size <= 0 or memory_size % 2:
+        raise ValueError(
+            f"memory_size must be a positive even number (hidden + cell state), got {memory_size}; "
+            "ML-Agents' default is 128."
+        )
+    if sequence_length <= 0:
+        raise ValueError(f"sequence_length must be a positive number of steps, got {sequence_length}.")
+
+
+def lstm_layer(input_size: int, hidden_size: int, forget_bias: float = 1.0) -> nn.LSTM:
+    """A batch-first one-layer LSTM initialised as ML-Agents' ``lstm_layer``: Xavier-uniform weights per
+    gate block, zero biases, ``forget_bias`` added to the forget gate's biases.
+
+    :param input_size: features per step.
+    :param hidden_size: LSTM units (``memory_size // 2``).
+    :param forget_bias: added to both forget-gate biases (PyTorch has an input and a hidden bias).
+    """
+    lstm = nn.LSTM(input_size, hidden_size, num_layers=1, batch_first=True)
+    for name, param in lstm.named_parameters():
+        # PyTorch stacks the gates as (input, forget, cell, output) blocks of hidden_size rows
+        for gate, block in enumerate(param.data.split(hidden_size, dim=0)):
+            if "weight" in name:
+                nn.init.xavier_uniform_(block)
+            else:
+                nn.init.zeros_(block)
+                if gate == 1:
+                    block.add_(forget_bias)
+    return lstm
+
+
+class LSTMMemory(nn.Module):
+    """ML-Agents' LSTM memory block: features ``[batch, seq, input_size]`` and flat memories
+    ``[batch, memory_size]`` (hidden then cell state) in, outputs ``[batch, seq, memory_size // 2]``
+    and the memories after the last step out.
+
+    :param input_size: features per step (the network body's output size).
+    :param memory_size: floats of memory per agent, even; the LSTM has ``memory_size // 2`` units.
+    """
+
+    def __init__(self, input_size: int, memory_size: int) -> None:
+        super().__init__()
+        check_memory_settings(memory_size, 1)
+        self.input_size = input_size
+        self.memory_size = memory_size
+        self.hidden_size = memory_size // 2
+        self.lstm = lstm_layer(input_size, self.hidden_size)
+
+    def initial_memories(self, batch_size: int, device: th.device | str = "cpu") -> th.Tensor:
+        """Zero memories ``[batch_size, memory_size]``, what an episode starts from."""
+        return th.zeros(batch_size, self.memory_size, device=device)
+
+    def forward(
+        self, features: th.Tensor, memories: th.Tensor, episode_starts: th.Tensor | None = None
+    ) -> tuple[th.Tensor, th.Tensor]:
+        """Unroll the LSTM over sequences.
+
+        :param features: ``[batch, seq, input_size]``.
+        :param memories: ``[batch, memory_size]``, the memory before each sequence's first step.
+        :param episode_starts: ``[batch, seq]``, nonzero where an episode starts: the memory is zeroed
+            before that step (including the first). ``None``: no episode starts inside the sequences.
+        :return: outputs ``[batch, seq, memory_size // 2]`` and memories ``[batch, memory_size]`` after
+            the last step.
+        """
+        if features.ndim != 3 or memories.shape != (features.shape[0], self.memory_size):
+            raise ValueError(
+                f"expected features [batch, seq, {self.input_size}] and memories "
+                f"[batch, {self.memory_size}], got {tuple(features.shape)} and {tuple(memories.shape)}."
+            )
+        hidden, cell = (m.unsqueeze(0).contiguous() for m in memories.split(self.hidden_size, dim=1))
+        if episode_starts is None:
+            outputs, (hidden, cell) = self.lstm(features, (hidden, cell))
+            return outputs, th.cat([hidden[0], cell[0]], dim=1)
+        starts = episode_starts.reshape(features.shape[:2]).to(features.dtype)
+        # one LSTM call per segment between columns where some sequence starts an episode
+        columns = th.nonzero(starts[:, 1:].any(dim=0)).flatten().add(1).tolist()
+        bounds = [0, *columns, features.shape[1]]
+        outputs = []
+        for begin, end in itertools.pairwise(bounds):
+            keep = (1.0 - starts[:, begin]).reshape(1, -1, 1)
+            output, (hidden, cell) = self.lstm(features[:, begin:end], (hidden * keep, cell * keep))
+            outputs.append(output)
+        return th.cat(outputs, dim=1), th.cat([hidden[0], cell[0]], dim=1)
+
+
+def sequence_starts(n_steps: int, sequence_length: int) -> np.ndarray:
+    """Indices of the first step of each chunk of ``sequence_length`` steps in a series of ``n_steps``."""
+    check_memory_settings(2, sequence_length)
+    return np.arange(0, n_steps, sequence_length)
+
+
+def n_sequences(n_steps: int, sequence_length: int) -> int:
+    """How many chunks of ``sequence_length`` steps a series of ``n_steps`` is cut into (the last padded)."""
+    check_memory_settings(2, sequence_length)
+    return -(-n_steps // sequence_length)
+
+
+def to_sequences(series: ArrayT, sequence_length: int, pad_value: float = 0.0) -> tuple[ArrayT, ArrayT]:
+    """Cut one slot's time series into chunks of ``sequence_length`` steps, padding the last.
+
+    :param series: ``[n_steps, ...]`` (numpy array or torch tensor).
+    :param sequence_length: steps per chunk.
+    :param pad_value: value of the padded steps.
+    :return: chunks ``[n_sequences, sequence_length, ...]`` and a boolean mask ``[n_sequences,
+        sequence_length]``, true at real (not padded) steps; same library and device as ``series``.
+    """
+    n_steps = series.shape[0]
+    n_chunks = n_sequences(n_steps, sequence_length)
+    padding = n_chunks * sequence_length - n_steps
+    mask = np.arange(n_chunks * sequence_length) < n_steps
+    if isinstance(series, th.Tensor):
+        pad = series.new_full((padding, *series.shape[1:]), pad_value)
+        chunks = th.cat([series, pad]).reshape(n_chunks, sequence_length, *series.shape[1:])
+        return chunks, th.as_tensor(mask, device=series.device).reshape(n_chunks, sequence_length)
+    pad = np.full((padding, *series.shape[1:]), pad_value, dtype=series.dtype)
+    chunks = np.concatenate([series, pad]).reshape(n_chunks, sequence_length, *series.shape[1:])
+    return chunks, mask.reshape(n_chunks, sequence_length)
+
+
+def from_sequences(chunks: ArrayT, mask: ArrayT) -> ArrayT:
+    """Undo :func:`to_sequences`: the real steps of ``chunks`` back as one series.
+
+    :param chunks: ``[n_sequences, sequence_length, ...]``.
+    :param mask: ``[n_sequences, sequence_length]`` boolean, true at real steps.
+    :return: ``[mask.sum(), ...]`` in time order.
+    """
+    flat = chunks.reshape(-1, *chunks.shape[2:])
+    return flat[mask.reshape(-1)]
