@@ -5,9 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from mlagents_envs.base_env import ActionTuple
+from players import player_kwargs
 
 from unity_sb3.demos.reader import load_demo
 from unity_sb3.demos.writer import record_demo
+from unity_sb3.open import open_unity
 from unity_sb3.scenes import make_scene
 from unity_sb3.scenes.hallway import (
     BACKWARD,
@@ -174,3 +176,22 @@ def test_expert_demo_records_successful_episodes(tmp_path):
     meta = record_demo(scene, HALLWAY, lambda steps: scene.expert_actions(HALLWAY, steps), path, n_steps=300)
     assert meta.number_steps == 300 and meta.number_episodes >= 8 and meta.mean_reward > 0.5
     load_demo(path, expected_spec=scene.behavior_specs[HALLWAY])  # raises if the demo does not fit the scene
+
+
+def test_the_player_serves_it_as_the_scene_steps(tmp_path):
+    env = open_unity("Hallway", seed=4, **player_kwargs(tmp_path, num_agents=3))
+    local = make_scene("Hallway", seed=4, num_agents=3)
+    try:
+        env.reset()
+        local.reset()
+        for step in range(8):
+            remote, here = env.get_steps(HALLWAY)[0], local.get_steps(HALLWAY)[0]
+            for got, expected in zip(remote.obs, here.obs):
+                np.testing.assert_array_equal(got, expected)
+            actions = ActionTuple(discrete=np.full((3, 1), step % 5, dtype=np.int32))
+            env.set_actions(HALLWAY, actions)
+            local.set_actions(HALLWAY, actions)
+            env.step()
+            local.step()
+    finally:
+        env.close()

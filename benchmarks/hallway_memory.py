@@ -1,0 +1,142 @@
+"""Memory vs no memory on the Hallway scene (ML-Agents' Hallway: the symbol is seen only near the start).
+
+Each (policy, seed) trains through ``UnityVecEnv`` on an embedded Hallway (8 hallways) and records,
+over the episodes that end in the last 20% of training, the success rate (the right goal touched:
+the episode return is > 0 exactly then, since the step costs of an episode sum to less than 1 and
+the wrong goal gives -0.1) and the mean return. ``memory`` is sb3-contrib's ``RecurrentPPO`` (an
+LSTM, what ML-Agents' ``network_settings.memory`` maps to today); ``no_memory`` is
+``unity_sb3.PPO`` with the same layers, rollout and optimisation settings. A policy without memory
+can still reach the goals but, there, cannot tell which one is right: 50% is its ceiling unless it
+carries the symbol in where it walks.
+
+    python benchmarks/hallway_memory.py                          # 3 seeds x 2 policies
+    python benchmarks/hallway_memory.py --steps 50000 --seeds 0 --policies memory
+
+``--move-step`` shortens the walk (units per forward decision; Unity-like default 1.0, the
+benchmark uses 2.0) and ``--max-steps`` the episodes (Unity's 3000, the benchmark 1200: 200
+decisions, the expert needs about 30) so that runs fit a small budget. Writes ``benchmarks/results/hallway_memory.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch as th
+from sb3_contrib import RecurrentPPO
+from stable_baselines3.common.vec_env import VecMonitor
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import print_table, write_results
+from _curves import EpisodeRecorder, run_tasks, windowed_mean
+
+from unity_sb3 import PPO, UnityVecEnv
+from unity_sb3.scenes import make_scene
+
+POLICIES = ("memory", "no_memory")
+#: shared by both policies (the shipped ``unity_sb3/Hallway-v0`` entry of recurrent_ppo.yml)
+SETTINGS: dict[str, Any] = {
+    "n_steps": 128,
+    "batch_size": 256,
+    "n_epochs": 4,
+    "learning_rate": 3e-4,
+    "gamma": 0.99,
+    "gae_lambda": 0.95,
+    "ent_coef": 0.01,
+}
+
+
+def make_model(policy: str, env, seed: int) -> RecurrentPPO | PPO:
+    """``RecurrentPPO`` (LSTM of 64 after a 128 layer) or ``PPO`` with the same layers and settings."""
+    if policy == "memory":
+        return RecurrentPPO(
+            "MultiInputLstmPolicy",
+            env,
+            seed=seed,
+            policy_kwargs={"net_arch": [128], "lstm_hidden_size": 64},
+            **SETTINGS,
+        )
+    return PPO("MultiInputPolicy", env, seed=seed, policy_kwargs={"net_arch": [128, 64]}, **SETTINGS)
+
+
+def run(policy: str, seed: int, steps: int, move_step: float, max_steps: int, window: int) -> dict[str, Any]:
+    th.set_num_threads(1)
+    env = VecMonitor(UnityVecEnv(make_scene("Hallway", seed=seed, move_step=move_step, max_steps=max_steps)))
+    model = make_model(policy, env, seed)
+    recorder = EpisodeRecorder()
+    start = time.perf_counter()
+    model.learn(steps, callback=recorder)
+    elapsed = time.perf_counter() - start
+    env.close()
+    tail = [r for t, r in recorder.episodes if t > 0.8 * steps]
+    successes = [(t, float(r > 0)) for t, r in recorder.episodes]
+    return {
+        "policy": policy,
+        "seed": seed,
+        "steps": steps,
+        "episodes": len(recorder.episodes),
+        "success_rate": float(np.mean([r > 0 for r in tail])) if tail else float("nan"),
+        "final_return": float(np.mean(tail)) if tail else float("nan"),
+        "success_curve": windowed_mean(successes, steps, window),
+        "seconds": round(elapsed, 1),
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--steps", type=int, default=50_000, help="training steps per run (all agents)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--policies", nargs="+", default=list(POLICIES), choices=POLICIES)
+    parser.add_argument("--move-step", type=float, default=2.0, help="Hallway move_step (units per decision)")
+    parser.add_argument(
+        "--max-steps", type=int, default=1200, help="Hallway max_steps (academy steps; Unity: 3000)"
+    )
+    parser.add_argument("--jobs", type=int, default=1, help="runs in parallel (one CPU thread each)")
+    parser.add_argument("--window", type=int, default=10_000, help="steps per point of the curve")
+    args = parser.parse_args(argv)
+
+    tasks = [
+        (p, seed, args.steps, args.move_step, args.max_steps, args.window)
+        for p in args.policies
+        for seed in args.seeds
+    ]
+    rows = run_tasks(run, tasks, args.jobs)
+    for row in rows:
+        print(
+            f"{row['policy']:>9} seed {row['seed']}: success {row['success_rate']:.2f}, return "
+            f"{row['final_return']:.2f} ({row['episodes']} episodes, {row['seconds']} s)",
+            flush=True,
+        )
+    summary = []
+    for policy in args.policies:
+        mine = [r for r in rows if r["policy"] == policy]
+        success = [r["success_rate"] for r in mine]
+        summary.append(
+            {
+                "policy": policy,
+                "seeds": len(mine),
+                "success rate (mean)": float(np.mean(success)),
+                "min": float(np.min(success)),
+                "max": float(np.max(success)),
+                "return (mean)": float(np.mean([r["final_return"] for r in mine])),
+                "seconds per run": float(np.mean([r["seconds"] for r in mine])),
+            }
+        )
+    print_table(
+        summary,
+        ["policy", "seeds", "success rate (mean)", "min", "max", "return (mean)", "seconds per run"],
+        title=f"Hallway (move_step {args.move_step}, max_steps {args.max_steps}), {args.steps} steps per run; success = right goal, "
+        "over the episodes of the last 20% of training",
+    )
+    path = write_results("hallway_memory", rows, summary=summary, settings=vars(args))
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
