@@ -73,7 +73,7 @@ EXPECTED_UNHONORED: dict[tuple[str, str], set[str]] = {
     ("sac/Crawler.yaml", "Crawler"): set(),
     ("sac/FoodCollector.yaml", "GridFoodCollector"): set(),
     ("sac/GridWorld.yaml", "GridWorld"): set(),
-    ("sac/Hallway.yaml", "Hallway"): {"network_settings.memory"},
+    ("sac/Hallway.yaml", "Hallway"): set(),
     ("sac/PushBlock.yaml", "PushBlock"): set(),
     ("sac/Pyramids.yaml", "Pyramids"): set(),
     ("sac/Walker.yaml", "Walker"): set(),
@@ -172,7 +172,7 @@ def test_demo_path_override_replaces_every_demo(tmp_path: Path) -> None:
         ("sac/GridWorld.yaml", "GridWorld", "sac"),  # discrete, masks, goal signal
         ("sac/PushBlock.yaml", "Basic", "sac"),
         ("sac/FoodCollector.yaml", "GridWorld", "sac"),
-        ("sac/Hallway.yaml", "Basic", "sac"),  # its memory section is unhonoured (no recurrent SAC)
+        ("sac/Hallway.yaml", "Basic", "sac"),  # memory: SAC's MlpLstmPolicy
         ("sac/WallJump.yaml", "Basic", "sac"),  # BigWallJump, with ML-Agents' output_path key
     ],
 )

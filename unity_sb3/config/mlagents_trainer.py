@@ -248,6 +248,8 @@ def _map_network(m: _Mapper, network: dict[str, Any], where: str, shared_critic:
         policy["share_features_extractor"] = "True"
     elif recurrent:
         policy["share_features_extractor"] = "False"
+    if memory is not None and trainer == "sac":
+        policy.update(memory_size=repr(size), sequence_length=repr(int(mem["sequence_length"])))
     if recurrent:
         policy["lstm_hidden_size"] = repr(size // 2)
         if shared:
@@ -304,8 +306,23 @@ def _map_network(m: _Mapper, network: dict[str, Any], where: str, shared_critic:
 
 
 def _map_memory(m: _Mapper, memory: Mapping[str, Any], size: int, recurrent: bool) -> None:
-    """``network_settings.memory`` -> sb3-contrib's RecurrentPPO (PPO only)."""
+    """``network_settings.memory`` -> sb3-contrib's RecurrentPPO (PPO) or ``unity_sb3.SAC``'s Lstm policy (SAC)."""
     mem = {**MEMORY_DEFAULTS, **memory}
+    if m.run.trainer_type == "sac":
+        m.row(
+            "network_settings.memory.memory_size",
+            size,
+            f"MlpLstmPolicy / CnnLstmPolicy / MultiInputLstmPolicy, policy_kwargs memory_size={size}",
+            "an LSTM of memory_size/2 units in the actor and each Q network; ML-Agents' body layers "
+            "follow the LSTM (the Q networks take the action there)",
+        )
+        m.row(
+            "network_settings.memory.sequence_length",
+            mem["sequence_length"],
+            f"policy_kwargs sequence_length={mem['sequence_length']}",
+            "replay batches of batch_size // sequence_length sequences, each from its stored actor memory",
+        )
+        return
     if not recurrent:
         m.ignore(
             "network_settings.memory",

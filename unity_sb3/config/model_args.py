@@ -39,9 +39,10 @@ _RECURRENT_ALGOS = ("recurrent_ppo",)
 _ENT_COEF_SCHEDULE_ALGOS = ("ppo", "poca")
 
 
-def _auto_policy(observation_space: Any, algo: str = "") -> str:
+def _auto_policy(observation_space: Any, algo: str = "", memory: bool = False) -> str:
     """SB3's policy name for ``observation_space``: Mlp, Cnn or MultiInput (``...LstmPolicy`` for
-    recurrent algorithms such as sb3-contrib's RecurrentPPO)."""
+    recurrent algorithms such as sb3-contrib's RecurrentPPO, and with ``memory``: ``policy_kwargs``
+    holding ``memory_size``, as the project's SAC takes it)."""
     from gymnasium import spaces
     from stable_baselines3.common.preprocessing import is_image_space
 
@@ -51,7 +52,7 @@ def _auto_policy(observation_space: Any, algo: str = "") -> str:
         name = "CnnPolicy"
     else:
         name = "MlpPolicy"
-    if algo.lower().replace("-", "_") in _RECURRENT_ALGOS:
+    if memory or algo.lower().replace("-", "_") in _RECURRENT_ALGOS:
         name = name.replace("Policy", "LstmPolicy")
     return name
 
@@ -136,7 +137,8 @@ def prepare_model_args(
     if isinstance(kwargs.get("policy_kwargs"), str):
         kwargs["policy_kwargs"] = parse_policy_kwargs(kwargs["policy_kwargs"])
     if policy == "auto":
-        policy = _auto_policy(env.observation_space, algo)
+        memory = "memory_size" in (kwargs.get("policy_kwargs") or {})
+        policy = _auto_policy(env.observation_space, algo, memory)
     _entity_extractor_by_default(policy, kwargs, env.observation_space)
     if network is not None:
         from unity_sb3.config.mlagents_network import resolve_mlagents_network
