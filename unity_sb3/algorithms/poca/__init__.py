@@ -5,6 +5,7 @@ from __future__ import annotations
 from unity_sb3.algorithms.poca.buffers import POCARolloutBuffer, compute_poca_returns
 from unity_sb3.algorithms.poca.poca import POCA
 from unity_sb3.algorithms.poca.policies import CnnPolicy, MlpPolicy, MultiInputPolicy, POCAPolicy
+from unity_sb3.algorithms.poca.recurrent import RecurrentPOCA, RecurrentPOCAPolicy
 
 __all__ = [
     "POCA",
@@ -13,5 +14,7 @@ __all__ = [
     "MultiInputPolicy",
     "POCAPolicy",
     "POCARolloutBuffer",
+    "RecurrentPOCA",
+    "RecurrentPOCAPolicy",
     "compute_poca_returns",
 ]

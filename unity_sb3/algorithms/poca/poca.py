@@ -356,7 +356,7 @@ class POCA(OnPolicyAlgorithm):
             action_masks = self._action_masks(env)
             with th.no_grad():
                 obs_tensor = obs_as_tensor(self._last_obs, self.device)  # type: ignore[arg-type]
-                actions, log_probs = self.policy(obs_tensor, action_masks=action_masks)
+                actions, log_probs = self._act(obs_tensor, action_masks, active)
             actions = actions.cpu().numpy()
             clipped_actions = actions
             if isinstance(self.action_space, spaces.Box):
@@ -406,7 +406,23 @@ class POCA(OnPolicyAlgorithm):
         callback.on_rollout_end()
         return True
 
+    def _act(
+        self, obs: Any, action_masks: np.ndarray | None, active: np.ndarray
+    ) -> tuple[th.Tensor, th.Tensor]:
+        """Sample every slot's action while collecting (a memory variant carries its memories here).
+
+        :param obs: the slots' observations as tensors.
+        :param action_masks: (n_envs, sum of branches) True = allowed, or None.
+        :param active: (n_envs,) bool, the slot holds a deciding agent.
+        :return: actions (n_envs, *flat_action_shape) and their log-probabilities (n_envs,).
+        """
+        return self.policy(obs, action_masks=action_masks)
+
     # --------------------------------------------------------------- training
+
+    def _evaluate_actions(self, batch: Any, actions: th.Tensor) -> tuple[th.Tensor, th.Tensor | None]:
+        """Log-probabilities and entropies of a minibatch's actions under the current actor."""
+        return self.policy.evaluate_actions(batch.observations, actions, action_masks=batch.action_masks)
 
     def train(self) -> None:
         """PPO-style update: clipped surrogate on ``G - b``, clipped value and baseline losses, entropy bonus."""
@@ -431,9 +447,7 @@ class POCA(OnPolicyAlgorithm):
                     actions = actions.long().flatten()
                 elif isinstance(self.action_space, spaces.MultiDiscrete):
                     actions = actions.long()
-                log_prob, entropy = self.policy.evaluate_actions(
-                    batch.observations, actions, action_masks=batch.action_masks
-                )
+                log_prob, entropy = self._evaluate_actions(batch, actions)
                 values = self.policy.predict_group_values(*self.rollout_buffer.member_inputs(batch))
                 baselines = self.policy.predict_baselines(
                     batch.observations, batch.mate_observations, batch.mate_actions, batch.mate_mask

@@ -192,8 +192,18 @@ class POCAPolicy(BasePolicy):
         :param action_masks: True = allowed, shape (batch, sum of branch sizes); None = no mask.
             Ignored for continuous actions.
         """
-        features = self.extract_features(obs, self.features_extractor)
-        latent = self.actor_net(features)
+        return self.distribution_from_latent(
+            self.actor_net(self.extract_features(obs, self.features_extractor)), action_masks
+        )
+
+    def distribution_from_latent(
+        self, latent: th.Tensor, action_masks: np.ndarray | th.Tensor | None = None
+    ) -> Distribution:
+        """The action distribution of the actor's last hidden layer (what a memory policy feeds it).
+
+        :param latent: shape (batch, latent_dim).
+        :param action_masks: as in :meth:`get_distribution`.
+        """
         logits = self.action_net(latent)
         if isinstance(self.action_dist, HybridDistribution):
             return self.action_dist.proba_distribution(logits, self.log_std, action_masks)
@@ -236,16 +246,17 @@ class POCAPolicy(BasePolicy):
         with th.no_grad():
             actions = self._predict(obs_tensor, deterministic=deterministic, action_masks=action_masks)
             actions = actions.cpu().numpy().reshape((-1, *self.flat_action_shape))
+        return self.env_actions(actions, vectorized_env), state
+
+    def env_actions(self, actions: np.ndarray, vectorized_env: bool) -> Any:
+        """Sampled actions ``(n, *flat_action_shape)`` as ``predict`` returns them: the hybrid
+        ``(continuous, discrete)`` pair, clipped boxes, the batch axis dropped for one observation."""
         if is_hybrid_space(self.action_space):
             continuous, discrete = split_hybrid_actions(actions, self.action_space)  # type: ignore[arg-type]
-            if not vectorized_env:
-                return (continuous[0], discrete[0]), state  # type: ignore[return-value]
-            return (continuous, discrete), state  # type: ignore[return-value]
+            return (continuous[0], discrete[0]) if not vectorized_env else (continuous, discrete)
         if isinstance(self.action_space, spaces.Box):
             actions = np.clip(actions, self.action_space.low, self.action_space.high)
-        if not vectorized_env:
-            actions = actions.squeeze(axis=0)
-        return actions, state
+        return actions if vectorized_env else actions.squeeze(axis=0)
 
     def evaluate_actions(
         self, obs: PyTorchObs, actions: th.Tensor, action_masks: th.Tensor | None = None
