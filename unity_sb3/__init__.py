@@ -25,6 +25,7 @@ _LAZY: dict[str, str] = {
     "Demonstration": "unity_sb3.demos.reader",
     "pretrain_bc": "unity_sb3.algorithms.bc",
     "PPO": "unity_sb3.algorithms.ppo.ppo",
+    "RecurrentPPO": "unity_sb3.algorithms.recurrent_ppo",
     "SAC": "unity_sb3.algorithms.sac.sac",
     "POCA": "unity_sb3.algorithms.poca",
     "to_onnx": "unity_sb3.export",

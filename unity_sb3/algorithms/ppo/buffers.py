@@ -25,6 +25,7 @@ class SignalRolloutBufferSamples(NamedTuple):
     returns: th.Tensor  # (batch, n_heads)
     dones: th.Tensor
     action_masks: th.Tensor | None = None  # (batch, sum(branches)) True = allowed, hybrid actions only
+    sequences: Any = None  # the minibatch as padded sequences, recurrent PPO only
 
 
 class SignalRolloutBuffer(BaseBuffer):

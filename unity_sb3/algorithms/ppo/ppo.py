@@ -80,7 +80,7 @@ from torch import nn
 
 from unity_sb3.algorithms.distributions import flat_action_space, is_hybrid_space
 from unity_sb3.algorithms.mixin import SignalsAndBCMixin, log_stats
-from unity_sb3.algorithms.ppo.buffers import SignalRolloutBuffer
+from unity_sb3.algorithms.ppo.buffers import SignalRolloutBuffer, SignalRolloutBufferSamples
 from unity_sb3.algorithms.ppo.hybrid import (
     HybridActorCriticPolicy,
     HybridCnnPolicy,
@@ -273,6 +273,17 @@ class PPO(SignalsAndBCMixin, SignalRolloutsMixin, SB3PPO, _OpenActionSpaces):
             self._train_with_signals()
         self._update_bc()
 
+    def _evaluate_minibatch(
+        self, data: SignalRolloutBufferSamples
+    ) -> tuple[th.Tensor, th.Tensor, th.Tensor | None]:
+        """Values, log-probabilities and entropies of a minibatch's actions under the current policy."""
+        actions = data.actions
+        if isinstance(self.action_space, spaces.Discrete):
+            actions = data.actions.long().flatten()
+        if data.action_masks is not None:
+            return self.policy.evaluate_actions(data.observations, actions, action_masks=data.action_masks)
+        return self.policy.evaluate_actions(data.observations, actions)
+
     def _train_with_signals(self) -> None:
         assert self.signals is not None
         self.policy.set_training_mode(True)
@@ -291,15 +302,7 @@ class PPO(SignalsAndBCMixin, SignalRolloutsMixin, SB3PPO, _OpenActionSpaces):
         for epoch in range(self.n_epochs):
             approx_kl_divs = []
             for data in self.rollout_buffer.get(self.batch_size):
-                actions = data.actions
-                if isinstance(self.action_space, spaces.Discrete):
-                    actions = data.actions.long().flatten()
-                if data.action_masks is not None:
-                    values, log_prob, entropy = self.policy.evaluate_actions(
-                        data.observations, actions, action_masks=data.action_masks
-                    )
-                else:
-                    values, log_prob, entropy = self.policy.evaluate_actions(data.observations, actions)
+                values, log_prob, entropy = self._evaluate_minibatch(data)
                 values = values.reshape(-1, len(self._heads))
                 advantages = data.advantages
                 if self.normalize_advantage and len(advantages) > 1:

@@ -90,9 +90,7 @@ class SignalRolloutsMixin:
                 obs_tensor = obs_as_tensor(self._last_obs, self.device)
                 if hybrid:
                     action_masks = get_action_masks(env).reshape(env.num_envs, -1) if masking else None
-                    actions, values, log_probs = self.policy(obs_tensor, action_masks=action_masks)
-                else:
-                    actions, values, log_probs = self.policy(obs_tensor)
+                actions, values, log_probs = self._act(obs_tensor, action_masks)
             actions = actions.cpu().numpy()
             clipped_actions = actions
             if hybrid:
@@ -132,7 +130,7 @@ class SignalRolloutsMixin:
             if ended:
                 terminal_batch = stack_obs([infos[i][TERMINAL_OBSERVATION] for i in ended])
                 with th.no_grad():
-                    v = self.policy.predict_values(obs_as_tensor(terminal_batch, self.device))
+                    v = self._values_after_step(obs_as_tensor(terminal_batch, self.device), ended)
                 terminal_values[ended] = v.cpu().numpy().reshape(len(ended), n_heads)
 
             active_next = active_from_infos(infos, env.num_envs)
@@ -159,12 +157,24 @@ class SignalRolloutsMixin:
             self._last_active = active_next
 
         with th.no_grad():
-            values = self.policy.predict_values(obs_as_tensor(new_obs, self.device))
+            values = self._values_after_step(obs_as_tensor(new_obs, self.device), list(range(env.num_envs)))
         self._fill_head_rewards(rollout_buffer)
         rollout_buffer.compute_returns_and_advantage(last_values=values, last_active=self._last_active)
         callback.update_locals(locals())
         callback.on_rollout_end()
         return True
+
+    def _act(self, obs: Any, action_masks: np.ndarray | None) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
+        """Actions, values ``(n_envs, n_heads)`` and log-probabilities for the current observations
+        (a recurrent PPO also stores and advances its memories here)."""
+        if action_masks is not None:
+            return self.policy(obs, action_masks=action_masks)
+        return self.policy(obs)
+
+    def _values_after_step(self, obs: Any, env_indices: list[int]) -> th.Tensor:
+        """Values ``(len(env_indices), n_heads)`` of observations reached by slots ``env_indices``
+        in the step just taken (terminal observations, the rollout's last observations)."""
+        return self.policy.predict_values(obs)
 
     def _chunk_ends(self, dones: np.ndarray) -> np.ndarray | None:
         """Which slots' active step ends a ``time_horizon`` chunk: every ``time_horizon`` active steps

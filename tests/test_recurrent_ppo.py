@@ -1,0 +1,159 @@
+"""unity_sb3.RecurrentPPO: memories stored while acting, BPTT over sequences, inactive slots, predict, save/load."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch as th
+from gymnasium import spaces
+from stable_baselines3.common.env_util import make_vec_env
+from test_ppo import PhaseVecEnv
+
+from unity_sb3 import PPO, RecurrentPPO
+
+SMALL = dict(n_steps=16, batch_size=16, n_epochs=1, memory_size=8, sequence_length=4, seed=0)
+
+
+class CueEnv(gym.Env):
+    """A memory task: the first observation shows a cue (+1 or -1), later ones show 0; the last of
+    ``length`` steps pays +1 if the action names the cue (1 for +1, 0 for -1), else nothing.
+
+    :param action_space: ``"discrete"`` (Discrete(2)), ``"multi"`` (MultiDiscrete([2, 2]), first
+        branch answers) or ``"box"`` (Box(1,), its sign answers).
+    """
+
+    def __init__(self, action_space: str = "discrete", length: int = 3) -> None:
+        self.length = length
+        self.kind = action_space
+        self.observation_space = spaces.Box(-1.0, 1.0, (2,), np.float32)
+        self.action_space = {
+            "discrete": spaces.Discrete(2),
+            "multi": spaces.MultiDiscrete([2, 2]),
+            "box": spaces.Box(-1.0, 1.0, (1,), np.float32),
+        }[action_space]
+
+    def _obs(self) -> np.ndarray:
+        shown = self.cue if self.t == 0 else 0.0
+        return np.array([shown, self.t / self.length], np.float32)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        self.cue = float(self.np_random.choice([-1.0, 1.0]))
+        self.t = 0
+        return self._obs(), {}
+
+    def step(self, action):
+        self.t += 1
+        done = self.t >= self.length
+        reward = 0.0
+        if done:
+            answer = float(np.asarray(action).reshape(-1)[0])
+            says_plus = answer > 0 if self.kind == "box" else answer == 1
+            reward = float(says_plus == (self.cue > 0))
+        return self._obs(), reward, done, False, {}
+
+
+def cue_env(kind: str = "discrete", n_envs: int = 2, seed: int = 0):
+    return make_vec_env(lambda: CueEnv(kind), n_envs=n_envs, seed=seed)
+
+
+def test_a_waiting_slot_keeps_its_memory_and_its_placeholders_stay_out_of_the_sequences() -> None:
+    model = RecurrentPPO("MlpLstmPolicy", PhaseVecEnv(), **SMALL)
+    model.learn(32)
+    buffer = model.rollout_buffer
+    memories = buffer.actor_memories
+    # slot 1 waits on odd steps: the memory stored before the next (active) step is unchanged
+    for t in range(1, 15, 2):
+        np.testing.assert_array_equal(memories[t, 1], memories[t + 1, 1])
+        assert not np.array_equal(memories[t, 0], memories[t + 1, 0])
+    indices, mask = buffer.sequences()
+    assert mask.sum() == buffer.active.sum() == 16 + 8
+    assert buffer.active.reshape(-1)[indices[mask]].all()
+    assert sum(len(batch.advantages) for batch in buffer.get(8)) == 24
+
+
+@pytest.mark.parametrize(
+    "make_env", [PhaseVecEnv, lambda: cue_env("discrete", n_envs=3)], ids=["waiting_slot", "episodes"]
+)
+def test_sequences_from_stored_memories_replay_what_acting_computed(make_env) -> None:
+    """Before any update, unrolling the training sequences gives back the values and log-probabilities
+    stored while acting: the stored memories, episode starts and waiting slots line up with BPTT."""
+    model = RecurrentPPO("MlpLstmPolicy", make_env(), **{**SMALL, "n_steps": 24, "sequence_length": 5})
+    model.learn(1, reset_num_timesteps=True)  # one rollout is collected (and trained on) ...
+    model.collect_rollouts(model.env, model._init_callback(None), model.rollout_buffer, model.n_steps)
+    buffer = model.rollout_buffer  # ... and this one is fresh: no update since it was collected
+    if isinstance(make_env(), PhaseVecEnv):
+        assert not buffer.active.all()
+    else:
+        assert buffer.episode_starts[1:].any()
+    model.policy.set_training_mode(False)
+    with th.no_grad():
+        for batch in buffer.get(10):
+            values, log_prob, _ = model._evaluate_minibatch(batch)
+            th.testing.assert_close(
+                values.reshape(batch.old_values.shape), batch.old_values, atol=1e-5, rtol=1e-4
+            )
+            th.testing.assert_close(log_prob, batch.old_log_prob, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("kind", ["discrete", "multi", "box"])
+def test_predict_carries_memory_and_save_load_keeps_it(kind: str, tmp_path) -> None:
+    env = cue_env(kind)
+    model = RecurrentPPO("MlpLstmPolicy", env, reward_signals={"extrinsic": {}, "rnd": {}}, **SMALL)
+    model.learn(32)
+    obs = env.reset()
+    actions, state = model.predict(obs, None, np.ones(2), deterministic=True)
+    assert state.shape == (2, 8) and actions.shape == (2, *env.action_space.shape)
+    _, again = model.predict(obs, state, np.zeros(2), deterministic=True)
+    assert not np.allclose(again, state)  # the memory moved on
+    _, restarted = model.predict(obs, again, np.ones(2), deterministic=True)
+    np.testing.assert_allclose(restarted, state, atol=1e-6)  # an episode start forgets it
+    model.save(tmp_path / "model")
+    loaded = RecurrentPPO.load(tmp_path / "model", env=env)
+    assert loaded.sequence_length == 4 and loaded.policy.memory_size == 8
+    for a, b in zip(
+        loaded.predict(obs, state, np.zeros(2), True), model.predict(obs, state, np.zeros(2), True)
+    ):
+        np.testing.assert_allclose(a, b, atol=1e-6)
+    loaded.learn(16)
+
+
+def test_wrong_state_shape_names_the_expected_one() -> None:
+    model = RecurrentPPO("MlpLstmPolicy", cue_env(), **SMALL)
+    with pytest.raises(ValueError, match=r"state must be the actor's memories of shape \(2, 8\)"):
+        model.predict(np.zeros((2, 2), np.float32), np.zeros((2, 6), np.float32))
+
+
+@pytest.mark.parametrize(("memory_size", "sequence_length"), [(7, 4), (8, 0)])
+def test_bad_memory_settings_fail_at_construction(memory_size: int, sequence_length: int) -> None:
+    with pytest.raises(ValueError, match=r"memory_size|sequence_length"):
+        RecurrentPPO("MlpLstmPolicy", cue_env(), memory_size=memory_size, sequence_length=sequence_length)
+
+
+def success_rate(model, n_episodes: int = 40, memory: bool = True) -> float:
+    env = cue_env(n_envs=1, seed=123)
+    obs, state, start, wins, done_episodes = env.reset(), None, np.ones(1), 0.0, 0
+    while done_episodes < n_episodes:
+        if memory:
+            action, state = model.predict(obs, state, start, deterministic=True)
+        else:
+            action, _ = model.predict(obs, deterministic=True)
+        obs, reward, done, _ = env.step(action)
+        start = done.astype(np.float32)
+        wins += float(reward[0])
+        done_episodes += int(done[0])
+    return wins / n_episodes
+
+
+@pytest.mark.slow
+def test_memory_solves_a_cue_task_that_ppo_without_memory_cannot() -> None:
+    settings = dict(n_steps=64, batch_size=64, n_epochs=4, learning_rate=3e-3, ent_coef=0.01, seed=0)
+    recurrent = RecurrentPPO(
+        "MlpLstmPolicy", cue_env(n_envs=4), memory_size=32, sequence_length=8, **settings
+    )
+    recurrent.learn(6000)
+    plain = PPO("MlpPolicy", cue_env(n_envs=4), **settings)
+    plain.learn(6000)
+    assert success_rate(recurrent) >= 0.95
+    assert success_rate(plain, memory=False) <= 0.75
