@@ -284,6 +284,32 @@ def test_group_attention_handles_any_group_size():
     assert b.shape == (2,)
 
 
+@pytest.mark.parametrize("n_mates", [0, 1, 3])
+@pytest.mark.parametrize("action", ["discrete", "box"])
+def test_fused_critic_pass_equals_separate_value_and_baseline(n_mates, action):
+    policy = POCA("MlpPolicy", SacrificeVecEnv(action), **SMALL).policy
+    gen = th.Generator().manual_seed(n_mates)
+    own, mates = th.randn(6, 4, generator=gen), th.randn(6, n_mates, 4, generator=gen)
+    action_dim = 1 if action == "discrete" else 2
+    mate_actions = th.randint(0, 3, (6, n_mates, action_dim), generator=gen).float()
+    mate_mask = th.rand(6, n_mates, generator=gen) > 0.3
+    values, baselines = policy.predict_values_and_baselines(own, mates, mate_actions, mate_mask)
+    members = th.cat([own.unsqueeze(1), mates], dim=1)
+    member_mask = th.cat([th.ones(6, 1, dtype=th.bool), mate_mask], dim=1)
+    th.testing.assert_close(values, policy.predict_group_values(members, member_mask))
+    th.testing.assert_close(baselines, policy.predict_baselines(own, mates, mate_actions, mate_mask))
+
+
+def test_single_entity_attention_shortcut_equals_full_attention():
+    attention = POCA("MlpPolicy", SacrificeVecEnv(), **SMALL).policy.critic.attention
+    entities = th.randn(5, 1, attention.attention.embed_dim)
+    mask = th.ones(5, 1, dtype=th.bool)
+    padded = th.cat([entities, th.randn(5, 1, entities.shape[-1])], dim=1)
+    padded_mask = th.cat([mask, th.zeros(5, 1, dtype=th.bool)], dim=1)
+    # With a padded second entity the full attention runs; pooling sees only the first.
+    th.testing.assert_close(attention(entities, mask), attention(padded, padded_mask))
+
+
 # ---------------------------------------------------------------- PettingZoo
 
 

@@ -492,14 +492,10 @@ class POCARolloutBuffer(RolloutBuffer):
         for start in range(0, rows.size, batch_size):
             r, c = rows[start : start + batch_size], cols[start : start + batch_size]
             sample = self._gather(r * m + c)
-            self.values[r, c] = policy.predict_group_values(*self._member_inputs(sample)).cpu().numpy()
-            self.baselines[r, c] = (
-                policy.predict_baselines(
-                    sample.observations, sample.mate_observations, sample.mate_actions, sample.mate_mask
-                )
-                .cpu()
-                .numpy()
+            values, baselines = policy.predict_values_and_baselines(
+                sample.observations, sample.mate_observations, sample.mate_actions, sample.mate_mask
             )
+            self.values[r, c], self.baselines[r, c] = values.cpu().numpy(), baselines.cpu().numpy()
 
         # V of each truncated group's terminal observations (falls back to the decision's V).
         owner = transition_owners(self.active, self.dones)
@@ -602,23 +598,6 @@ class POCARolloutBuffer(RolloutBuffer):
         return last_values
 
     # --------------------------------------------------------------- sampling
-
-    def _member_inputs(self, sample: POCARolloutBufferSamples) -> tuple[Any, th.Tensor]:
-        """(member observations including self first, member mask) for V."""
-        if isinstance(sample.observations, dict):
-            obs: Any = {
-                key: th.cat([value.unsqueeze(1), sample.mate_observations[key]], dim=1)  # type: ignore[index]
-                for key, value in sample.observations.items()
-            }
-        else:
-            obs = th.cat([sample.observations.unsqueeze(1), sample.mate_observations], dim=1)
-        own = th.ones((sample.mate_mask.shape[0], 1), dtype=th.bool, device=sample.mate_mask.device)
-        mask = th.cat([own, sample.mate_mask.bool()], dim=1)
-        return obs, mask
-
-    def member_inputs(self, sample: POCARolloutBufferSamples) -> tuple[Any, th.Tensor]:
-        """Inputs of ``policy.predict_group_values`` for a minibatch: (obs (B, 1 + M, ...), mask)."""
-        return self._member_inputs(sample)
 
     def _gather(self, flat: np.ndarray) -> POCARolloutBufferSamples:
         """Minibatch of rows given as flat indices ``t * n_envs + i``."""

@@ -41,7 +41,15 @@ class ResidualSelfAttention(nn.Module):
         :return: pooled encoding, shape (batch, embed_dim).
         """
         normed = self.input_norm(entities)
-        attended, _ = self.attention(normed, normed, normed, key_padding_mask=~mask, need_weights=False)
+        if entities.shape[1] == 1:
+            # One entity (groups of one): softmax over a single key is 1, so attention is the
+            # value and output projections alone; skips the query/key work, same result.
+            embed_dim = self.attention.embed_dim
+            in_weight, in_bias = self.attention.in_proj_weight, self.attention.in_proj_bias
+            values = nn.functional.linear(normed, in_weight[2 * embed_dim :], in_bias[2 * embed_dim :])
+            attended = self.attention.out_proj(values)
+        else:
+            attended, _ = self.attention(normed, normed, normed, key_padding_mask=~mask, need_weights=False)
         mixed = self.residual_norm(entities + self.output(attended))
         weights = mask.unsqueeze(-1).to(mixed.dtype)
         return (mixed * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1.0)
@@ -124,3 +132,27 @@ class GroupCriticBody(nn.Module):
         own_mask = th.ones((mate_mask.shape[0], 1), dtype=th.bool, device=mate_mask.device)
         mask = th.cat([own_mask, mate_mask.bool()], dim=1)
         return self._pool(entities, mask)
+
+    def value_and_baseline(
+        self, member_features: th.Tensor, mate_actions: th.Tensor, member_mask: th.Tensor
+    ) -> tuple[th.Tensor, th.Tensor]:
+        """V(group) and b(own, groupmates) of the same rows in one pass (what training needs).
+
+        The same as :meth:`value` and :meth:`baseline`, but every member's observation embedding
+        is computed once and both entity sets go through attention and head as one batch.
+
+        :param member_features: the row's agent first, then its groupmates, shape
+            (batch, 1 + n_mates, features_dim).
+        :param mate_actions: encoded groupmate actions, shape (batch, n_mates, action_dim).
+        :param member_mask: True for present members, shape (batch, 1 + n_mates); column 0 is True.
+        :return: ``(values, baselines)``, shape (batch,) each.
+        """
+        observed = self.obs_encoder(member_features)
+        if member_features.shape[1] == 1:  # no groupmates: b's entities are V's, so b = V
+            values = self._pool(observed, member_mask)
+            return values, values
+        mates = self.obs_action_encoder(th.cat([member_features[:, 1:], mate_actions], dim=-1))
+        entities = th.cat([observed, th.cat([observed[:, :1], mates], dim=1)], dim=0)
+        pooled = self._pool(entities, th.cat([member_mask, member_mask], dim=0))
+        batch = member_features.shape[0]
+        return pooled[:batch], pooled[batch:]

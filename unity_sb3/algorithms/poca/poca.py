@@ -448,8 +448,7 @@ class POCA(OnPolicyAlgorithm):
                 elif isinstance(self.action_space, spaces.MultiDiscrete):
                     actions = actions.long()
                 log_prob, entropy = self._evaluate_actions(batch, actions)
-                values = self.policy.predict_group_values(*self.rollout_buffer.member_inputs(batch))
-                baselines = self.policy.predict_baselines(
+                values, baselines = self.policy.predict_values_and_baselines(
                     batch.observations, batch.mate_observations, batch.mate_actions, batch.mate_mask
                 )
                 advantages = batch.advantages

@@ -335,6 +335,34 @@ class POCAPolicy(BasePolicy):
             own, self._member_features(mate_obs), self.encode_actions(mate_actions), mate_mask
         )
 
+    def predict_values_and_baselines(
+        self, own_obs: PyTorchObs, mate_obs: GroupObs, mate_actions: th.Tensor, mate_mask: th.Tensor
+    ) -> tuple[th.Tensor, th.Tensor]:
+        """V of each row's group and its agent's baseline, in one critic pass (training's hot path).
+
+        Equal to ``predict_group_values`` over (own, mates) and ``predict_baselines``, with each
+        observation's features and embedding computed once.
+
+        :param own_obs: shape (batch, *obs_shape) or a dict of those.
+        :param mate_obs: shape (batch, n_mates, *obs_shape) or a dict; n_mates may be 0.
+        :param mate_actions: raw actions as stored in the buffer, shape (batch, n_mates, action_dim).
+        :param mate_mask: True for present groupmates, shape (batch, n_mates).
+        :return: ``(values, baselines)``, shape (batch,) each.
+        """
+        if isinstance(own_obs, dict):
+            assert isinstance(mate_obs, dict)
+            members: GroupObs = {
+                key: th.cat([value.unsqueeze(1), mate_obs[key]], dim=1) for key, value in own_obs.items()
+            }
+        else:
+            assert isinstance(mate_obs, th.Tensor)
+            members = th.cat([own_obs.unsqueeze(1), mate_obs], dim=1)
+        own_mask = th.ones((mate_mask.shape[0], 1), dtype=th.bool, device=mate_mask.device)
+        member_mask = th.cat([own_mask, mate_mask.bool()], dim=1)
+        return self.critic.value_and_baseline(
+            self._member_features(members), self.encode_actions(mate_actions), member_mask
+        )
+
 
 class POCACnnPolicy(POCAPolicy):
     """:class:`POCAPolicy` with SB3's ``NatureCNN`` features extractor (image observations)."""
