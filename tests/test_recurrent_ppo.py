@@ -157,3 +157,35 @@ def test_memory_solves_a_cue_task_that_ppo_without_memory_cannot() -> None:
     plain.learn(6000)
     assert success_rate(recurrent) >= 0.95
     assert success_rate(plain, memory=False) <= 0.75
+
+
+def cue_demonstrations(n_episodes: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """Expert episodes of :class:`CueEnv`: it answers the cue at the last step (action 0 before)."""
+    env, observations, actions, dones = CueEnv(), [], [], []
+    for episode in range(n_episodes):
+        obs, _ = env.reset(seed=seed + episode)
+        for t in range(env.length):
+            action = int(env.cue > 0) if t == env.length - 1 else 0
+            observations.append(obs)
+            actions.append([action])
+            obs, _, done, _, _ = env.step(action)
+            dones.append(done)
+    return {"observations": np.array(observations), "actions": np.array(actions), "dones": np.array(dones)}
+
+
+def test_the_bc_term_trains_the_recurrent_actor_on_demo_sequences() -> None:
+    """The expert's last action depends on the first observation only: imitating it needs the memory."""
+    bc = {"demonstrations": cue_demonstrations(64), "strength": 1.0, "batch_size": 48, "num_epoch": 8}
+    reward_signals = {"extrinsic": {"strength": 0.0}}  # BC alone moves the policy
+    model = RecurrentPPO(
+        "MlpLstmPolicy",
+        cue_env(),
+        reward_signals=reward_signals,
+        behavioral_cloning=bc,
+        learning_rate=3e-3,
+        **{**SMALL, "memory_size": 16},
+    )
+    before = success_rate(model)
+    model.learn(16 * 2 * 8)
+    assert model.logger.name_to_value["behavioral_cloning/loss"] < 0.2
+    assert success_rate(model) >= 0.95 > before

@@ -4,8 +4,9 @@ One adapter per family of models:
 
 - :class:`ActorCriticAdapter`: ``ActorCriticPolicy`` (PPO, A2C, the project's PPO) and
   sb3-contrib's ``MaskableActorCriticPolicy`` (action masks from the demo are applied).
-- :class:`RecurrentAdapter`: sb3-contrib's ``RecurrentActorCriticPolicy`` (RecurrentPPO); the
-  batch is made of fixed-length sequences, each started from a zero LSTM state.
+- :class:`RecurrentAdapter`: sb3-contrib's ``RecurrentActorCriticPolicy`` (RecurrentPPO) and
+  ``unity_sb3.RecurrentPPO``'s policy; the batch is made of fixed-length sequences, each started
+  from a zero LSTM state (zero memories), as ML-Agents' BC module does.
 - :class:`SACAdapter`: SAC-style actors (``get_action_dist_params``: SAC, TQC, CrossQ...; or
   ``get_distribution(obs, masks)``: the project's SAC with discrete actions).
 - :class:`TD3Adapter`: deterministic actors (TD3, DDPG).
@@ -209,7 +210,9 @@ class RecurrentAdapter(PolicyAdapter):
 
     recurrent = True
 
-    def _states(self, n_seq: int) -> tuple[th.Tensor, th.Tensor]:
+    def _states(self, n_seq: int) -> Any:
+        if hasattr(self.policy, "memory_size"):  # unity_sb3.RecurrentPPO: flat ML-Agents memories
+            return th.zeros(n_seq, self.policy.memory_size, device=self.device)
         layers, _, hidden = self.policy.lstm_hidden_state_shape
         zeros = th.zeros(layers, n_seq, hidden, device=self.device)
         return zeros, zeros.clone()

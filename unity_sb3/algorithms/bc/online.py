@@ -187,7 +187,12 @@ class BehavioralCloning:
             if source is None:
                 source = self.settings["demo_path"]
             data = bc_data(self.algorithm, source)
-            self._sampler = Sampler(self.adapter, data, self.settings["batch_size"], sequence_length=16)
+            self._sampler = Sampler(
+                self.adapter,
+                data,
+                self.settings["batch_size"],
+                sequence_length=getattr(self.algorithm, "sequence_length", 16),
+            )
             self._per_pass = self._minibatches_per_pass(self._sampler)
         return self._sampler.data
 
