@@ -57,7 +57,14 @@ def make_sac(action_space: spaces.Space, n_envs: int = 1, **kwargs) -> SAC:
     env = DummyVecEnv([lambda: CueEnv(action_space) for _ in range(n_envs)])
     policy_kwargs = dict(net_arch=[16], memory_size=8, sequence_length=4)
     return SAC(
-        "MlpLstmPolicy", env, learning_starts=8, batch_size=16, seed=0, policy_kwargs=policy_kwargs, **kwargs
+        "MlpLstmPolicy",
+        env,
+        buffer_size=500,
+        learning_starts=8,
+        batch_size=16,
+        seed=0,
+        policy_kwargs=policy_kwargs,
+        **kwargs,
     )
 
 
@@ -135,8 +142,8 @@ def test_memory_resets_where_an_episode_starts() -> None:
     features = th.randn(1, 4, extractor.body.features_dim)
     memories = th.randn(1, extractor.memory_size)
     starts = th.tensor([[0.0, 0.0, 1.0, 0.0]])
-    outputs, _ = extractor.unroll(features, starts, memories)
-    fresh, _ = extractor.unroll(features[:, 2:], th.zeros(1, 2), th.zeros_like(memories))
+    outputs, _ = extractor.memory(features, memories, starts)
+    fresh, _ = extractor.memory(features[:, 2:], th.zeros_like(memories))
     th.testing.assert_close(outputs[:, 2:], fresh)
 
 

@@ -31,13 +31,14 @@ from stable_baselines3.common.torch_layers import (
 )
 from stable_baselines3.common.type_aliases import PyTorchObs
 from stable_baselines3.sac.policies import Actor, ContinuousCritic, SACPolicy
-from torch import nn
 
 from unity_sb3.algorithms.sac.policies import BranchedActor, BranchedCritic, BranchedSACPolicy
-
-#: ML-Agents' ``NetworkSettings.MemorySettings`` defaults
-DEFAULT_MEMORY_SIZE = 128
-DEFAULT_SEQUENCE_LENGTH = 64
+from unity_sb3.networks.memory import (
+    DEFAULT_MEMORY_SIZE,
+    DEFAULT_SEQUENCE_LENGTH,
+    LSTMMemory,
+    check_memory_settings,
+)
 
 
 class SequenceBatch(NamedTuple):
@@ -59,47 +60,25 @@ def plain_observations(observations: PyTorchObs | SequenceBatch) -> PyTorchObs:
 
 
 class MemoryExtractor(BaseFeaturesExtractor):
-    """A features extractor followed by an LSTM whose state is ML-Agents' flat memory ``[hidden, cell]``.
+    """A features extractor followed by ML-Agents' LSTM memory block (:class:`~unity_sb3.networks.memory.LSTMMemory`).
 
     Called directly (SB3's way) it treats each row as one step from zero memory; the recurrent
-    actor and critics use :meth:`unroll` instead.
+    actor and critics unroll ``memory`` over sequences instead.
 
     :param body: the observation encoder.
     :param memory_size: floats of memory per agent (even; the LSTM has ``memory_size // 2`` units).
     """
 
     def __init__(self, body: BaseFeaturesExtractor, memory_size: int) -> None:
-        if memory_size <= 0 or memory_size % 2:
-            raise ValueError(
-                f"memory_size must be a positive even number (hidden + cell), got {memory_size}."
-            )
+        check_memory_settings(memory_size, 1)
         super().__init__(body._observation_space, memory_size // 2)
         self.body = body
         self.memory_size = memory_size
-        self.lstm = nn.LSTM(body.features_dim, memory_size // 2, batch_first=True)
-
-    def unroll(
-        self, features: th.Tensor, episode_starts: th.Tensor, memories: th.Tensor
-    ) -> tuple[th.Tensor, th.Tensor]:
-        """Run the LSTM over sequences, resetting the memory where an episode starts.
-
-        :param features: ``(n, L, body.features_dim)`` encoded observations.
-        :param episode_starts: ``(n, L)``, 1.0 at an episode's first step.
-        :param memories: ``(n, memory_size)`` before each first step.
-        :return: outputs ``(n, L, memory_size // 2)`` and the memory after each last step ``(n, memory_size)``.
-        """
-        hidden, cell = (m.unsqueeze(0).contiguous() for m in memories.chunk(2, dim=1))
-        outputs = []
-        for t in range(features.shape[1]):
-            keep = (1.0 - episode_starts[:, t]).reshape(1, -1, 1)
-            output, (hidden, cell) = self.lstm(features[:, t : t + 1], (hidden * keep, cell * keep))
-            outputs.append(output)
-        return th.cat(outputs, dim=1), th.cat([hidden[0], cell[0]], dim=1)
+        self.memory = LSTMMemory(body.features_dim, memory_size)
 
     def forward(self, observations: th.Tensor) -> th.Tensor:
         features = self.body(observations).unsqueeze(1)
-        zeros = features.new_zeros(features.shape[0], self.memory_size)
-        return self.unroll(features, features.new_zeros(features.shape[:2]), zeros)[0][:, 0]
+        return self.memory(features, self.memory.initial_memories(len(features), features.device))[0][:, 0]
 
 
 class _UnrollsSequences:
@@ -122,8 +101,8 @@ class _UnrollsSequences:
         body_features = super().extract_features(obs.observations, features_extractor.body)  # type: ignore[misc]
         n = obs.memories.shape[0]
         memories = obs.memories if self.starts_from_stored_memory else th.zeros_like(obs.memories)
-        outputs, self.final_memories = features_extractor.unroll(
-            body_features.reshape(n, -1, body_features.shape[-1]), obs.episode_starts.reshape(n, -1), memories
+        outputs, self.final_memories = features_extractor.memory(
+            body_features.reshape(n, -1, body_features.shape[-1]), memories, obs.episode_starts.reshape(n, -1)
         )
         return outputs.reshape(-1, outputs.shape[-1])
 
@@ -161,8 +140,7 @@ class RecurrentPolicyMixin:
     action_space: spaces.Space
 
     def _init_memory(self, memory_size: int, sequence_length: int) -> None:
-        if sequence_length < 1:
-            raise ValueError(f"sequence_length must be >= 1, got {sequence_length}.")
+        check_memory_settings(memory_size, sequence_length)
         self.memory_size, self.sequence_length = int(memory_size), int(sequence_length)
 
     def make_features_extractor(self) -> MemoryExtractor:
