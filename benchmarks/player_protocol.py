@@ -14,7 +14,8 @@ separate process playing Unity:
   before/after comparison in the same run.
 
 Rounds alternate the sides; the table shows the median exchange rates and their ratios to the
-bare rate (target >= 0.7). ``--profile DIR`` also writes cProfile files of the Python side and of
+bare rate (target >= 0.7), and the CPU milliseconds per exchange of each Unity-side process (what
+the player spends on itself; it moves much less than wall time when other jobs share the cores). ``--profile DIR`` also writes cProfile files of the Python side and of
 the Unity-side process (``DIR/<scene>-<side>-{python,unity}.prof``). Writes
 ``benchmarks/results/player_protocol.json``.
 
@@ -28,10 +29,12 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import math
 import os
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -106,12 +109,23 @@ def _unity_side(
     return subprocess.Popen(args, cwd=root, env=env)
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (Linux ``/proc``; NaN elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return math.nan
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
 def measure(
     side: str, scene: str, steps: int, seed: int, profile_dir: Path | None, baseline: Path | None = None
 ) -> dict[str, float]:
     """One round: start ``side``'s Unity process, run ``steps`` random steps, close.
 
-    :return: exchanges per second and agent-steps per second of the Python loop.
+    :return: exchanges per second and agent-steps per second of the Python loop, and the CPU
+        milliseconds per exchange of each process during the loop (Python's includes its gRPC
+        threads). CPU time barely moves when other jobs share the cores; wall time does.
     """
     port = free_base_port(1)
     stem = f"{scene}-{side}"
@@ -129,7 +143,9 @@ def measure(
     try:
         if profiler:
             profiler.enable()
+        unity_cpu, python_cpu = _cpu_seconds(process.pid), time.process_time()
         counts = run(env, steps, seed)
+        unity_cpu, python_cpu = _cpu_seconds(process.pid) - unity_cpu, time.process_time() - python_cpu
         if profiler:
             profiler.disable()
             profiler.dump_stats(profile_dir / f"{stem}-python.prof")
@@ -139,6 +155,8 @@ def measure(
     return {
         "exchanges_per_s": counts["steps"] / counts["seconds"],
         "agent_steps_per_s": counts["agent_steps"] / counts["seconds"],
+        "unity_cpu_ms": 1000 * unity_cpu / counts["steps"],
+        "python_cpu_ms": 1000 * python_cpu / counts["steps"],
     }
 
 
@@ -172,22 +190,34 @@ def main(argv: list[str] | None = None) -> int:
             for side in sides:
                 rates[side].append(measure(side, scene, args.steps, args.seed, args.profile, args.baseline))
         median = {side: statistics.median(r["exchanges_per_s"] for r in rates[side]) for side in sides}
+        cpu = {
+            side: {
+                key: statistics.median(r[key] for r in rates[side])
+                for key in ("unity_cpu_ms", "python_cpu_ms")
+            }
+            for side in sides
+        }
         row = {
             "scene": scene,
             "bare_exchanges_per_s": median["bare"],
             "player_exchanges_per_s": median["player"],
             "ratio": median["player"] / median["bare"],
             "player_agent_steps_per_s": statistics.median(r["agent_steps_per_s"] for r in rates["player"]),
+            "bare_unity_cpu_ms": cpu["bare"]["unity_cpu_ms"],
+            "player_unity_cpu_ms": cpu["player"]["unity_cpu_ms"],
             "rounds": rates,
         }
         if args.baseline:
             row["baseline_exchanges_per_s"] = median["baseline"]
             row["baseline_ratio"] = median["baseline"] / median["bare"]
+            row["baseline_unity_cpu_ms"] = cpu["baseline"]["unity_cpu_ms"]
         rows.append(row)
     columns = ["scene", "bare_exchanges_per_s", "player_exchanges_per_s", "ratio"]
     if args.baseline:
         columns += ["baseline_exchanges_per_s", "baseline_ratio"]
-    columns.append("player_agent_steps_per_s")
+    columns += ["bare_unity_cpu_ms", "player_unity_cpu_ms"]
+    if args.baseline:
+        columns.append("baseline_unity_cpu_ms")
     print_table(
         rows,
         columns,
