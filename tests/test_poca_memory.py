@@ -1,0 +1,209 @@
+"""POCA with memory: memories carried per slot, reset at episode starts, held by inactive slots,
+training sequences that replay acting exactly, save/load, and a group memory task learned."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+import torch as th
+from gymnasium import spaces
+from stable_baselines3.common.vec_env import VecEnv
+from test_poca import SacrificeVecEnv
+
+from unity_sb3.algorithms.poca import POCA, POCAPolicy, RecurrentPOCA
+
+SMALL = dict(n_steps=16, batch_size=32, n_epochs=2, seed=0)
+MEMORY = dict(net_arch=[32], critic_embed_dim=16, memory_size=8, sequence_length=4)
+
+
+def _model(action: str = "discrete", sequence_length: int = 4, **policy_kwargs: Any) -> RecurrentPOCA:
+    env = SacrificeVecEnv(action, n_instances=2, masks=action != "box")
+    policy_kwargs = {**MEMORY, "sequence_length": sequence_length, **policy_kwargs}
+    return RecurrentPOCA("MlpLstmPolicy", env, policy_kwargs=policy_kwargs, **SMALL)
+
+
+def _collect(model: RecurrentPOCA) -> None:
+    """One rollout without training."""
+    _, callback = model._setup_learn(model.n_steps * model.n_envs)
+    model.collect_rollouts(model.env, callback, model.rollout_buffer, model.n_steps)
+
+
+def test_memory_advances_only_for_deciding_slots_and_resets_at_episode_starts():
+    model = _model()
+    _collect(model)
+    buffer = model.rollout_buffer
+    assert np.abs(buffer.memories[1:]).sum() > 0 and not np.abs(buffer.memories[0]).any()
+    # one acting step from known memories: deciding slots advance, the others hold theirs,
+    # an episode start zeroes the memory before the step (deciding or not)
+    before = th.randn(6, 8)
+    model._memories = before.clone()
+    model._last_episode_starts = np.array([0, 0, 0, 0, 1, 1], dtype=bool)
+    deciding = np.array([1, 0, 1, 0, 1, 0], dtype=bool)
+    obs = th.as_tensor(buffer.observations[3])
+    buffer.reset()
+    with th.no_grad():
+        model._act(obs, None, deciding)
+        _, _, advanced = model.policy.act(
+            obs, before, th.as_tensor(model._last_episode_starts, dtype=th.float32)
+        )
+    after = model._memories
+    th.testing.assert_close(after[[0, 2, 4]], advanced[[0, 2, 4]])
+    th.testing.assert_close(after[[1, 3]], before[[1, 3]])
+    th.testing.assert_close(after[5], th.zeros(8))
+    th.testing.assert_close(th.as_tensor(buffer.memories[0]), before)  # stored before acting
+    _, _, from_zero = model.policy.act(obs[4:5], model.policy.initial_memories(1), th.zeros(1))
+    th.testing.assert_close(advanced[4:5], from_zero.detach())
+
+
+@pytest.mark.parametrize("action", ["discrete", "multidiscrete", "box"])
+@pytest.mark.parametrize("sequence_length", [1, 3, 16])
+def test_training_sequences_replay_the_log_probs_of_acting(action, sequence_length):
+    model = _model(action, sequence_length)
+    _collect(model)
+    buffer = model.rollout_buffer
+    n_rows = 0
+    for batch in buffer.get(model.batch_size):
+        assert batch.sequence_mask.shape[1] == sequence_length
+        assert int(batch.sequence_mask.sum()) == batch.old_log_prob.shape[0]
+        actions = batch.actions.long().flatten() if action == "discrete" else batch.actions
+        actions = actions.long() if action == "multidiscrete" else actions
+        with th.no_grad():
+            log_prob, _ = model.policy.evaluate_sequences(batch, actions)
+        th.testing.assert_close(log_prob, batch.old_log_prob, atol=1e-4, rtol=1e-4)
+        n_rows += batch.old_log_prob.shape[0]
+    assert n_rows == int(buffer.active.sum())  # every active row once, no inactive row
+
+
+def test_predict_carries_memory_and_episode_start_resets_it(tmp_path):
+    model = _model().learn(64)
+    obs = np.random.default_rng(0).uniform(-1, 1, (3, 4)).astype(np.float32)
+    _, first = model.predict(obs, deterministic=True)
+    assert first.shape == (3, 8) and np.abs(first).sum() > 0
+    _, carried = model.predict(obs, state=first, episode_start=np.zeros(3), deterministic=True)
+    assert not np.allclose(carried, first)
+    _, restarted = model.predict(obs, state=first, episode_start=np.ones(3), deterministic=True)
+    np.testing.assert_allclose(restarted, first, atol=1e-6)
+
+    model.save(tmp_path / "poca_memory.zip")
+    loaded = RecurrentPOCA.load(tmp_path / "poca_memory.zip")
+    assert (loaded.policy.memory_size, loaded.policy.sequence_length) == (8, 4)
+    for state in (None, first):
+        expected = model.predict(obs, state=state, deterministic=True)
+        actions, memories = loaded.predict(obs, state=state, deterministic=True)
+        np.testing.assert_array_equal(actions, expected[0])
+        np.testing.assert_allclose(memories, expected[1], atol=1e-6)
+    loaded.set_env(SacrificeVecEnv(n_instances=2))
+    loaded.learn(32, reset_num_timesteps=False)
+
+
+@pytest.mark.parametrize(
+    ("make", "match"),
+    [
+        (lambda: _model(memory_size=7), "positive even"),
+        (lambda: _model(sequence_length=0), "sequence_length"),
+        (lambda: _model(net_arch=[]), "at least one actor layer"),
+        (lambda: RecurrentPOCA(POCAPolicy, SacrificeVecEnv()), "needs a memory policy"),
+    ],
+)
+def test_bad_memory_settings_raise_clear_errors(make, match):
+    with pytest.raises(ValueError, match=match):
+        make()
+
+
+def test_state_of_the_wrong_shape_is_refused():
+    model = _model()
+    with pytest.raises(ValueError, match="memories"):
+        model.predict(np.zeros((3, 4), np.float32), state=np.zeros((2, 8)))
+
+
+class CueVecEnv(VecEnv):
+    """Groups of two agents. Each sees its own cue (+-1) at the first of three steps and zeros
+    after; at the last step each must answer the cue (action 1 for +1, 0 for -1). The group
+    reward is +1 if both answered right, else 0. No memory: at best 1/4 of the groups win."""
+
+    length = 3
+
+    def __init__(self, n_groups: int = 4, seed: int = 0) -> None:
+        self.n_groups = n_groups
+        self.render_mode = None
+        self.rng = np.random.default_rng(seed)
+        super().__init__(2 * n_groups, spaces.Box(-1.0, 1.0, (2,), np.float32), spaces.Discrete(2))
+        self._new_episode()
+
+    def _new_episode(self) -> None:
+        self.t = 0
+        self.cue = self.rng.choice([-1.0, 1.0], self.num_envs).astype(np.float32)
+
+    def _obs(self) -> np.ndarray:
+        obs = np.zeros((self.num_envs, 2), dtype=np.float32)
+        obs[:, 0] = self.cue if self.t == 0 else 0.0
+        obs[:, 1] = self.t / self.length
+        return obs
+
+    def _info(self, i: int) -> dict[str, Any]:
+        return {"group_id": 1, "instance": i // 2, "group_reward": 0.0}
+
+    def reset(self) -> np.ndarray:
+        self._new_episode()
+        self.reset_infos = [self._info(i) for i in range(self.num_envs)]
+        return self._obs()
+
+    def step_async(self, actions: np.ndarray) -> None:
+        self._actions = np.asarray(actions).reshape(-1)
+
+    def step_wait(self):
+        self.t += 1
+        infos = [self._info(i) for i in range(self.num_envs)]
+        dones = np.zeros(self.num_envs, dtype=bool)
+        if self.t == self.length:
+            right = (self._actions == (self.cue > 0)).reshape(self.n_groups, 2).all(axis=1)
+            terminal = self._obs()
+            for i, info in enumerate(infos):
+                info.update(group_reward=float(right[i // 2]), terminal_observation=terminal[i])
+                info["TimeLimit.truncated"] = False
+            dones[:] = True
+            self._new_episode()
+        return self._obs(), np.zeros(self.num_envs, dtype=np.float32), dones, infos
+
+    def close(self) -> None:
+        pass
+
+    def get_attr(self, attr_name, indices=None):
+        return [getattr(self, attr_name) for _ in self._get_indices(indices)]
+
+    def set_attr(self, attr_name, value, indices=None):
+        setattr(self, attr_name, value)
+
+    def env_method(self, method_name, *args, indices=None, **kwargs):
+        return [getattr(self, method_name)(*args, **kwargs) for _ in self._get_indices(indices)]
+
+    def env_is_wrapped(self, wrapper_class, indices=None):
+        return [False for _ in self._get_indices(indices)]
+
+
+def _group_win_rate(model: POCA, episodes: int = 50) -> float:
+    env = CueVecEnv(seed=123)
+    obs, state, starts, wins = env.reset(), None, np.ones(env.num_envs, dtype=bool), []
+    while len(wins) < episodes:
+        actions, state = model.predict(obs, state, starts, deterministic=True)
+        obs, _, starts, infos = env.step(actions)
+        if starts.all():
+            wins += [infos[2 * g]["group_reward"] for g in range(env.n_groups)]
+    return float(np.mean(wins))
+
+
+@pytest.mark.slow
+def test_group_learns_a_cue_only_memory_can_hold():
+    settings = dict(n_steps=48, batch_size=96, n_epochs=4, learning_rate=3e-3, ent_coef=0.01, seed=0)
+    kwargs = dict(net_arch=[32], critic_embed_dim=16)
+    memory = RecurrentPOCA(
+        "MlpLstmPolicy",
+        CueVecEnv(),
+        policy_kwargs={**kwargs, "memory_size": 32, "sequence_length": 3},
+        **settings,
+    ).learn(12_000)
+    plain = POCA("MlpPolicy", CueVecEnv(), policy_kwargs=kwargs, **settings).learn(12_000)
+    assert _group_win_rate(memory) >= 0.9
+    assert _group_win_rate(plain) <= 0.5
