@@ -3,11 +3,13 @@ training sequences that replay acting exactly, save/load, and a group memory tas
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import torch as th
+import yaml
 from gymnasium import spaces
 from stable_baselines3.common.vec_env import VecEnv
 from test_poca import SacrificeVecEnv
@@ -207,3 +209,39 @@ def test_group_learns_a_cue_only_memory_can_hold():
     plain = POCA("MlpPolicy", CueVecEnv(), policy_kwargs=kwargs, **settings).learn(12_000)
     assert _group_win_rate(memory) >= 0.9
     assert _group_win_rate(plain) <= 0.5
+
+
+def _dungeon_escape_with_memory(memory: dict[str, int]) -> dict[str, Any]:
+    config = Path(__file__).resolve().parent / "data" / "mlagents_configs" / "DungeonEscape_poca.yaml"
+    data = yaml.safe_load(config.read_text())
+    behavior = next(iter(data["behaviors"].values()))
+    behavior["network_settings"]["memory"] = memory
+    return data
+
+
+def test_poca_yaml_memory_maps_onto_recurrent_poca_with_both_settings_honoured():
+    from unity_sb3.config.mlagents import convert_mlagents_config
+
+    run = convert_mlagents_config(_dungeon_escape_with_memory({"memory_size": 32, "sequence_length": 8}))
+    assert run.algo == "poca_memory"
+    assert run.hyperparams["policy_kwargs"].endswith("memory_size=32, sequence_length=8)")
+    assert not [row.source for row in run.unhonored if "memory" in row.source]
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::unity_sb3.config.mlagents_schema.MLAgentsConfigWarning")
+def test_poca_memory_config_trains_through_the_command(tmp_path):
+    from unity_sb3.cli import main
+
+    data = _dungeon_escape_with_memory({"memory_size": 16, "sequence_length": 4})
+    behavior = next(iter(data["behaviors"].values()))
+    behavior["hyperparameters"].update(batch_size=32, buffer_size=64, num_epoch=1)
+    behavior["network_settings"].update(hidden_units=8, num_layers=1)
+    behavior["max_steps"] = 128
+    config = tmp_path / "memory.yaml"
+    config.write_text(yaml.safe_dump(data))
+    args = ["train", "--env", "Escape", "--config", str(config), "--results-dir", str(tmp_path)]
+    assert main([*args, "--run-id", "mem", "--no-progress", "--transport", "inprocess"]) == 0
+    model = RecurrentPOCA.load(tmp_path / "mem" / "model.zip")
+    assert type(model.policy).__name__ == "RecurrentPOCAPolicy"
+    assert (model.policy.memory.hidden_size, model.policy.sequence_length) == (8, 4)

@@ -24,6 +24,7 @@ ALGORITHMS: dict[str, str] = {
     "tqc": "sb3_contrib:TQC",
     "trpo": "sb3_contrib:TRPO",
     "poca": "unity_sb3.algorithms.poca:POCA",
+    "poca_memory": "unity_sb3.algorithms.poca:RecurrentPOCA",
 }
 # used when the project's own class is not importable (e.g. in a partial checkout)
 _FALLBACKS = {"ppo": "stable_baselines3:PPO", "sac": "stable_baselines3:SAC"}

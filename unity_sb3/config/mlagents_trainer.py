@@ -248,7 +248,7 @@ def _map_network(m: _Mapper, network: dict[str, Any], where: str, shared_critic:
         policy["share_features_extractor"] = "True"
     elif recurrent:
         policy["share_features_extractor"] = "False"
-    if memory is not None and trainer == "sac":
+    if memory is not None and trainer in ("sac", "poca"):
         policy.update(memory_size=repr(size), sequence_length=repr(int(mem["sequence_length"])))
     if recurrent:
         policy["lstm_hidden_size"] = repr(size // 2)
@@ -321,6 +321,22 @@ def _map_memory(m: _Mapper, memory: Mapping[str, Any], size: int, recurrent: boo
             mem["sequence_length"],
             f"policy_kwargs sequence_length={mem['sequence_length']}",
             "replay batches of batch_size // sequence_length sequences, each from its stored actor memory",
+        )
+        return
+    if m.run.trainer_type == "poca":
+        m.run.algo = "poca_memory"
+        m.row(
+            "network_settings.memory.memory_size",
+            size,
+            f"poca_memory (unity_sb3.RecurrentPOCA, ...LstmPolicy), policy_kwargs memory_size={size}",
+            "an LSTM of memory_size/2 units between the shared actor's layers and its actions; "
+            "the centralised critic has no memory (ML-Agents' critic has its own)",
+        )
+        m.row(
+            "network_settings.memory.sequence_length",
+            mem["sequence_length"],
+            f"policy_kwargs sequence_length={mem['sequence_length']}",
+            "each agent's decisions cut into sequences, each unrolled from the memory stored while acting",
         )
         return
     if not recurrent:

@@ -36,7 +36,7 @@ def resolve_schedule(value: Any) -> Any:
 _RECURRENT_ALGOS = ("recurrent_ppo",)
 
 # ``ent_coef`` may be a schedule for these (the project's PPO and POCA); SB3's others take a number
-_ENT_COEF_SCHEDULE_ALGOS = ("ppo", "poca")
+_ENT_COEF_SCHEDULE_ALGOS = ("poca_memory", "ppo", "poca")
 
 
 def _auto_policy(observation_space: Any, algo: str = "", memory: bool = False) -> str:
