@@ -186,29 +186,44 @@ def compute_poca_returns(
             return last_group_value[key], last_group_value[key]
         return None
 
+    # Groups whose value and return a dead member continues with (posthumous credit): only
+    # their steps are recorded, the rest of the recursion runs vectorised over slots.
+    act_rows, act_cols = np.nonzero(active)
+    act_ends = end[act_rows, act_cols]
+    died = dones[act_ends, act_cols]
+    continued = {
+        int(group_keys[t, i])
+        for t, i, u in zip(act_rows[died], act_cols[died], act_ends[died])
+        if int(group_keys[t, i]) in alive_keys[u]
+    }
     for t in reversed(range(n_steps)):
-        for i in np.flatnonzero(active[t]):
-            u, key = end[t, i], int(group_keys[t, i])
-            fallback = float(values[t, i])
-            if not dones[u, i]:
-                s = u + 1
-                if s < n_steps:
-                    v_next, g_next = values[s, i], returns[s, i]
-                elif last_active[i]:
-                    v_next = g_next = last_values[i]
-                else:  # rollout ended while the agent waited between decisions
-                    v_next = g_next = fallback
-            elif key in alive_keys[u]:  # posthumous credit: continue with the group
-                found = next_group(key, u)
-                v_next, g_next = found if found is not None else (fallback, fallback)
-            elif key in truncated_keys[u]:
-                v_next = g_next = terminal_values[u, i]
-            else:
-                v_next = g_next = 0.0
-            returns[t, i] = team_rewards[t, i] + gamma * ((1.0 - gae_lambda) * v_next + gae_lambda * g_next)
-        members = np.flatnonzero(active[t])
-        for key in np.unique(group_keys[t, members]).tolist():
-            in_group = members[group_keys[t, members] == key]
+        cols = np.flatnonzero(active[t])
+        u = end[t, cols]
+        v_next = np.zeros(cols.size, dtype=np.float64)
+        living = ~dones[u, cols]
+        s = u + 1
+        inside = living & (s < n_steps)  # the agent's own next decision
+        v_next[inside] = values[s[inside], cols[inside]]
+        g_next = v_next.copy()
+        g_next[inside] = returns[s[inside], cols[inside]]
+        bootstrap = living & ~inside  # the rollout ended while the agent lived
+        waiting = bootstrap & ~last_active[cols]  # ... between two of its decisions
+        v_next[bootstrap] = np.where(
+            waiting[bootstrap], values[t, cols[bootstrap]], last_values[cols[bootstrap]]
+        )
+        g_next[bootstrap] = v_next[bootstrap]
+        for k in np.flatnonzero(~living):
+            i, key, end_step = cols[k], int(group_keys[t, cols[k]]), u[k]
+            if key in alive_keys[end_step]:  # posthumous credit: continue with the group
+                fallback = float(values[t, i])
+                found = next_group(key, end_step)
+                v_next[k], g_next[k] = found if found is not None else (fallback, fallback)
+            elif key in truncated_keys[end_step]:
+                v_next[k] = g_next[k] = terminal_values[end_step, i]
+        returns[t, cols] = team_rewards[t, cols] + gamma * ((1.0 - gae_lambda) * v_next + gae_lambda * g_next)
+        keys_t = group_keys[t, cols]
+        for key in continued.intersection(keys_t.tolist()):
+            in_group = cols[keys_t == key]
             group_value[(t, key)] = float(values[t, in_group[0]])
             group_return[(t, key)] = float(returns[t, in_group].mean())
             group_steps[key].append(t)
