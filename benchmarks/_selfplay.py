@@ -8,6 +8,7 @@ the player's final reward plus its group reward (an interrupted game is a draw).
 
 from __future__ import annotations
 
+import argparse
 from typing import Any
 
 # isort: off
@@ -132,3 +133,47 @@ def final_matches(
         "early": play_both_sides(scene, final, earlier, games, seed + 2, **params),
         "random_vs_random": play_both_sides(scene, "random", "random", games, seed + 4, **params),
     }
+
+
+def add_soccer_arguments(parser: argparse.ArgumentParser) -> None:
+    """The SoccerTwos training and evaluation options both soccer benchmarks take (``set_defaults`` adapts them)."""
+    parser.add_argument("--fields", type=int, default=4, help="SoccerTwos fields: 2 learning agents each")
+    parser.add_argument(
+        "--max-steps", type=int, default=2000, help="academy steps of a training game before a draw"
+    )
+    parser.add_argument("--ball-touch", type=float, default=0.0, help="the training scene's ball_touch")
+    parser.add_argument("--n-steps", type=int, default=256, help="rollout length per slot")
+    parser.add_argument("--learning-rate", type=float, default=3e-4)
+    parser.add_argument("--games", type=int, default=48, help="games of each evaluation (half on each side)")
+    parser.add_argument(
+        "--eval-max-steps", type=int, default=5000, help="academy steps of an evaluation game (Unity's 5000)"
+    )
+    parser.add_argument("--jobs", type=int, default=1, help="seeds run in parallel processes")
+
+
+def soccer_poca(env: Any, n_steps: int, learning_rate: float, seed: int | None = None) -> Any:
+    """POCA with Unity's ``config/poca/SoccerTwos.yaml`` values scaled down: 3 epochs, beta 0.005, gamma
+    0.99, lambda 0.95, not normalized, but 2 x 128 units and a batch of at most 1,024 agent-steps.
+
+    :param env: the learning team's ``VecEnv`` (a ``LockstepUnity`` view, monitored).
+    :param n_steps: rollout length per slot (agent-steps per update: ``n_steps * env.num_envs``).
+    :param learning_rate: constant learning rate.
+    :param seed: the model's seed (``None``: the global RNG state).
+    """
+    from unity_sb3 import POCA
+
+    return POCA(
+        "MultiInputPolicy",
+        env,
+        n_steps=n_steps,
+        batch_size=min(1024, n_steps * env.num_envs),
+        n_epochs=3,
+        learning_rate=learning_rate,
+        gamma=0.99,
+        gae_lambda=0.95,
+        ent_coef=0.005,
+        clip_range=0.2,
+        policy_kwargs=dict(net_arch=[128, 128]),
+        device="cpu",
+        seed=seed,
+    )

@@ -36,7 +36,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import print_table, write_results
 from _curves import plot_curves, run_tasks, windowed_mean
-from _selfplay import EloRecorder, final_matches, policy_weights, scaled_self_play
+from _selfplay import (
+    EloRecorder,
+    add_soccer_arguments,
+    final_matches,
+    policy_weights,
+    scaled_self_play,
+    soccer_poca,
+)
 
 RESULTS = Path(__file__).resolve().parent / "results"
 COLUMNS = (
@@ -76,7 +83,6 @@ def run(
     from stable_baselines3.common.utils import set_random_seed
     from stable_baselines3.common.vec_env import VecMonitor
 
-    from unity_sb3 import POCA
     from unity_sb3.callbacks.self_play import SelfPlayCallback
     from unity_sb3.scenes import make_scene
     from unity_sb3.selfplay.matches import policy_player, view_spec
@@ -89,20 +95,7 @@ def run(
     view = unity.vec_env("SoccerTwos")
     env = VecMonitor(view)
     self_play = SelfPlayCallback(unity, "SoccerTwos", settings(timesteps), seed=seed)
-    model = POCA(
-        "MultiInputPolicy",
-        env,
-        n_steps=n_steps,
-        batch_size=min(1024, n_steps * view.num_envs),
-        n_epochs=3,
-        learning_rate=learning_rate,
-        gamma=0.99,
-        gae_lambda=0.95,
-        ent_coef=0.005,
-        clip_range=0.2,
-        policy_kwargs=dict(net_arch=[128, 128]),
-        device="cpu",
-    )
+    model = soccer_poca(env, n_steps, learning_rate)
     recorder = EloRecorder(self_play, every=max(timesteps // 30, 1), snapshot_at=int(early * timesteps))
     start = time.perf_counter()
     model.learn(timesteps, callback=[self_play, recorder])
@@ -138,21 +131,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument(
         "--timesteps", type=int, default=60_000, help="learner steps (agents of the learning team)"
     )
-    parser.add_argument(
-        "--fields", type=int, default=4, help="SoccerTwos fields: 2 slots of the learning team each"
-    )
-    parser.add_argument(
-        "--max-steps", type=int, default=2000, help="academy steps of a training game before a draw"
-    )
-    parser.add_argument("--ball-touch", type=float, default=0.0, help="the scene's ball_touch parameter")
-    parser.add_argument("--n-steps", type=int, default=256, help="rollout length per slot")
-    parser.add_argument("--learning-rate", type=float, default=3e-4)
-    parser.add_argument("--games", type=int, default=48, help="games of each evaluation (half on each side)")
-    parser.add_argument(
-        "--eval-max-steps", type=int, default=5000, help="academy steps of an evaluation game (Unity's 5000)"
-    )
+    add_soccer_arguments(parser)
     parser.add_argument("--early-fraction", type=float, default=0.2, help="when the earlier policy is kept")
-    parser.add_argument("--jobs", type=int, default=1, help="seeds run in parallel processes")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per run")
     parser.add_argument("--name", default="selfplay_soccer")
     args = parser.parse_args(argv)

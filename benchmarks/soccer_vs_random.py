@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import print_table, write_results
 from _curves import run_tasks
-from _selfplay import play_both_sides, policy_weights
+from _selfplay import add_soccer_arguments, play_both_sides, policy_weights, soccer_poca
 
 COLUMNS = ("seed", "steps", "vs random", "W/L/D", "train reward", "s")
 EVAL_FIELDS = 8
@@ -46,7 +46,6 @@ def run(
     from stable_baselines3.common.utils import set_random_seed
     from stable_baselines3.common.vec_env import VecMonitor
 
-    from unity_sb3 import POCA
     from unity_sb3.scenes import make_scene
     from unity_sb3.selfplay.matches import policy_player, random_player, view_spec
     from unity_sb3.wrappers.lockstep import LockstepUnity
@@ -58,21 +57,7 @@ def run(
     unity.set_learning_team("SoccerTwos", 0)
     unity.set_answerer(RANDOM, random_player(scene.behavior_specs[RANDOM], seed))
     view = unity.vec_env("SoccerTwos")
-    model = POCA(
-        "MultiInputPolicy",
-        VecMonitor(view),
-        n_steps=n_steps,
-        batch_size=min(1024, n_steps * view.num_envs),
-        n_epochs=3,
-        learning_rate=learning_rate,
-        gamma=0.99,
-        gae_lambda=0.95,
-        ent_coef=0.005,
-        clip_range=0.2,
-        policy_kwargs=dict(net_arch=[128, 128]),
-        device="cpu",
-        seed=seed,
-    )
+    model = soccer_poca(VecMonitor(view), n_steps, learning_rate, seed)
     spec = view_spec(scene, "SoccerTwos")
     rows = []
     start = time.perf_counter()
@@ -103,18 +88,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--timesteps", type=int, default=300_000, help="learner steps (blue agents)")
     parser.add_argument("--evals", type=int, default=5, help="evaluations, evenly spaced over the run")
-    parser.add_argument("--fields", type=int, default=8, help="SoccerTwos fields: 2 learning agents each")
-    parser.add_argument(
-        "--max-steps", type=int, default=2000, help="academy steps of a training game before a draw"
-    )
-    parser.add_argument("--ball-touch", type=float, default=1.0, help="the training scene's ball_touch")
-    parser.add_argument("--n-steps", type=int, default=128, help="rollout length per slot")
-    parser.add_argument("--learning-rate", type=float, default=3e-4)
-    parser.add_argument("--games", type=int, default=32, help="games of each evaluation (half on each side)")
-    parser.add_argument(
-        "--eval-max-steps", type=int, default=5000, help="academy steps of an evaluation game (Unity's 5000)"
-    )
-    parser.add_argument("--jobs", type=int, default=1, help="seeds run in parallel processes")
+    add_soccer_arguments(parser)
+    parser.set_defaults(fields=8, ball_touch=1.0, n_steps=128, games=32)
     parser.add_argument("--name", default="soccer_vs_random")
     args = parser.parse_args(argv)
     if args.evals < 1 or args.timesteps < args.evals:
