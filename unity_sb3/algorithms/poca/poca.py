@@ -213,10 +213,15 @@ class POCA(OnPolicyAlgorithm):
     def _setup_lr_schedule(self) -> None:
         self.lr_schedule = _make_schedule(self.learning_rate, "learning_rate", self.schedule)
 
-    def _setup_model(self) -> None:
-        self._setup_lr_schedule()
-        self.set_random_seed(self.seed)
-        self.rollout_buffer = POCARolloutBuffer(
+    def _make_rollout_buffer(
+        self, buffer_class: type[POCARolloutBuffer] = POCARolloutBuffer, **kwargs: Any
+    ) -> POCARolloutBuffer:
+        """A rollout buffer of this algorithm's settings.
+
+        :param buffer_class: ``POCARolloutBuffer`` or a subclass (a memory variant's).
+        :param kwargs: the subclass's own arguments.
+        """
+        return buffer_class(
             self.n_steps,
             self.observation_space,
             self.action_space,
@@ -226,7 +231,13 @@ class POCA(OnPolicyAlgorithm):
             n_envs=self.n_envs,
             share_rewards=self.share_rewards,
             normalize_advantage=self.normalize_advantage,
+            **kwargs,
         )
+
+    def _setup_model(self) -> None:
+        self._setup_lr_schedule()
+        self.set_random_seed(self.seed)
+        self.rollout_buffer = self._make_rollout_buffer()
         self.policy = self.policy_class(  # type: ignore[assignment]
             self.observation_space, self.action_space, self.lr_schedule, **self.policy_kwargs
         )

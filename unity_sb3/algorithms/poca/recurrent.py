@@ -319,16 +319,8 @@ class RecurrentPOCA(POCA):
                 f"RecurrentPOCA needs a memory policy (MlpLstmPolicy, CnnLstmPolicy, MultiInputLstmPolicy), "
                 f"got {type(self.policy).__name__}; use POCA for a policy without memory."
             )
-        self.rollout_buffer = RecurrentPOCARolloutBuffer(
-            self.n_steps,
-            self.observation_space,
-            self.action_space,
-            device=self.device,
-            gae_lambda=self.gae_lambda,
-            gamma=self.gamma,
-            n_envs=self.n_envs,
-            share_rewards=self.share_rewards,
-            normalize_advantage=self.normalize_advantage,
+        self.rollout_buffer = self._make_rollout_buffer(
+            RecurrentPOCARolloutBuffer,
             memory_size=self.policy.memory_size,
             sequence_length=self.policy.sequence_length,
         )
