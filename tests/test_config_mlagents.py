@@ -184,15 +184,15 @@ def test_auto_policy(space: spaces.Space, policy: str) -> None:
 
 
 # ------------------------------------------------------------------------------ other settings
-def test_memory_maps_to_recurrent_ppo() -> None:
+def test_memory_maps_to_the_recurrent_ppo_with_its_signals() -> None:
     data = _load("3DBall_ppo.yaml")
     data["behaviors"]["3DBall"]["network_settings"]["memory"] = {"memory_size": 64, "sequence_length": 16}
     data["behaviors"]["3DBall"]["reward_signals"]["curiosity"] = {"strength": 0.01}
     run = convert_mlagents_config(data)
-    assert run.algo == "recurrent_ppo"
-    assert run.hyperparams["policy_kwargs"].endswith("lstm_hidden_size=32)")
-    assert "reward_signals" not in run.hyperparams
-    assert {"network_settings.memory.sequence_length", "reward_signals"} <= _unhonored(run)
+    assert run.algo == "ppo_memory"
+    assert run.hyperparams["memory_size"] == 64 and run.hyperparams["sequence_length"] == 16
+    assert set(run.hyperparams["reward_signals"]) == {"extrinsic", "curiosity"}
+    assert not {"network_settings.memory.sequence_length", "reward_signals"} & _unhonored(run)
     sac = _load("3DBall_sac.yaml")
     sac["behaviors"]["3DBall"]["network_settings"]["memory"] = {"memory_size": 64}
     run = convert_mlagents_config(sac)
@@ -207,8 +207,9 @@ def test_memory_maps_to_recurrent_ppo() -> None:
         (spaces.Dict({"a": spaces.Box(-1, 1, (2,)), "b": spaces.Box(-1, 1, (3,))}), "MultiInputLstmPolicy"),
     ],
 )
-def test_auto_policy_of_recurrent_ppo_is_its_lstm_policy(space: spaces.Space, policy: str) -> None:
-    assert prepare_model_args("recurrent_ppo", "auto", {}, _env(1, space))[0] == policy
+@pytest.mark.parametrize("algo", ["recurrent_ppo", "ppo_memory"])
+def test_auto_policy_of_recurrent_ppo_is_its_lstm_policy(space: spaces.Space, policy: str, algo: str) -> None:
+    assert prepare_model_args(algo, "auto", {}, _env(1, space))[0] == policy
 
 
 @pytest.mark.filterwarnings("ignore::unity_sb3.config.mlagents_schema.MLAgentsConfigWarning")
@@ -224,12 +225,12 @@ def test_memory_config_trains_through_the_command(tmp_path: Path) -> None:
     config.write_text(yaml.safe_dump(data))
     args = ["train", "--env", "Ball3D", "--config", str(config), "--results-dir", str(tmp_path)]
     assert main([*args, "--run-id", "mem", "--no-progress", "--transport", "inprocess"]) == 0
-    from sb3_contrib import RecurrentPPO
+    from unity_sb3 import RecurrentPPO
 
     model = RecurrentPPO.load(tmp_path / "mem" / "model.zip")
     assert type(model.policy).__name__ == "RecurrentActorCriticPolicy"
     assert model.policy.lstm_actor.hidden_size == 8  # memory_size 16 = hidden + cell state
-    assert model.policy.features_extractor_kwargs["hidden_layers"] == [8]  # the body before the LSTM
+    assert model.policy.net_arch == [8]  # the body before the LSTM
 
 
 @pytest.mark.parametrize("memory", [False, True])
@@ -257,7 +258,7 @@ def test_shared_critic_puts_one_body_under_both_heads(memory: bool) -> None:
     assert model.policy.mlp_extractor.latent_dim_pi == model.policy.mlp_extractor.latent_dim_vf
     assert not list(model.policy.mlp_extractor.parameters())  # no separate actor / critic layers
     if memory:
-        assert model.policy.lstm_critic is None and model.policy.shared_lstm
+        assert model.policy.lstm_actor is not model.policy.lstm_critic  # ML-Agents shares one: not here
 
 
 def test_environment_parameters_and_curriculum() -> None:

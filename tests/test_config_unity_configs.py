@@ -22,16 +22,14 @@ from unity_sb3.config.mlagents_schema import MLAgentsConfigError
 
 CONFIGS = Path(__file__).resolve().parent / "data" / "unity_configs"
 
-TH = "time_horizon"  # unhonored only where the algorithm has no trajectory chunks: RecurrentPPO, POCA
+TH = "time_horizon"  # unhonored only where the algorithm has no trajectory chunks: POCA
 THREADED = "threaded"
-# sb3-contrib's RecurrentPPO: no BPTT chunks, no ent_coef schedule, no reward signals
-MEMORY = {"network_settings.memory.sequence_length", "hyperparameters.beta_schedule"}
 
 # (file, behavior) -> the ML-Agents keys that stay unhonored
 EXPECTED_UNHONORED: dict[tuple[str, str], set[str]] = {
     ("imitation/Crawler.yaml", "Crawler"): set(),
     ("imitation/FoodCollector.yaml", "FoodCollector"): {THREADED},
-    ("imitation/Hallway.yaml", "Hallway"): {TH, "reward_signals", *MEMORY},
+    ("imitation/Hallway.yaml", "Hallway"): set(),
     ("imitation/PushBlock.yaml", "PushBlock"): set(),
     ("imitation/Pyramids.yaml", "Pyramids"): set(),
     ("poca/DungeonEscape.yaml", "DungeonEscape"): {TH},
@@ -47,7 +45,7 @@ EXPECTED_UNHONORED: dict[tuple[str, str], set[str]] = {
     ("ppo/FoodCollector.yaml", "FoodCollector"): {THREADED},
     ("ppo/FoodCollector.yaml", "GridFoodCollector"): {THREADED},
     ("ppo/GridWorld.yaml", "GridWorld"): set(),
-    ("ppo/Hallway.yaml", "Hallway"): {TH, THREADED, *MEMORY},
+    ("ppo/Hallway.yaml", "Hallway"): {THREADED},
     ("ppo/Match3.yaml", "Match3VectorObs"): {THREADED},
     ("ppo/Match3.yaml", "Match3VisualObs"): {THREADED},
     ("ppo/Match3.yaml", "Match3SimpleHeuristic"): {THREADED},
@@ -104,7 +102,7 @@ def test_unhonored_rows_per_behavior(name: str, behavior: str) -> None:
     if "memory" in (
         yaml.safe_load((CONFIGS / name).read_text())["behaviors"][behavior].get("network_settings") or {}
     ):
-        expected_algo = "recurrent_ppo" if expected_algo == "ppo" else expected_algo
+        expected_algo = "ppo_memory" if expected_algo == "ppo" else expected_algo
     assert run.algo == expected_algo
 
 
@@ -115,12 +113,14 @@ def test_linear_beta_is_a_decaying_ent_coef_for_ppo() -> None:
     assert constant.hyperparams["ent_coef"] == 0.005 and constant.hyperparams["clip_range"] == 0.2
 
 
-def test_memory_config_picks_recurrent_ppo_with_ml_agents_layer_order() -> None:
+def test_memory_config_picks_the_recurrent_ppo_with_its_memory_and_signals() -> None:
     run = convert_mlagents_config(CONFIGS / "ppo/Hallway.yaml")
-    assert run.algo == "recurrent_ppo" and run.hyperparams["ent_coef"] == 0.01
-    kwargs = run.hyperparams["policy_kwargs"]
-    assert "net_arch=dict(pi=[], vf=[])" in kwargs and "hidden_layers=[128, 128]" in kwargs
-    assert "lstm_hidden_size=64" in kwargs and "share_features_extractor=False" in kwargs
+    assert run.algo == "ppo_memory" and run.hyperparams["ent_coef"] == "lin_0.01_1e-05"
+    assert run.hyperparams["memory_size"] == 128 and run.hyperparams["sequence_length"] == 64
+    assert run.hyperparams["time_horizon"] == 64
+    assert "net_arch=[128, 128]" in run.hyperparams["policy_kwargs"]  # ML-Agents' body, before the LSTM
+    imitation = convert_mlagents_config(CONFIGS / "imitation/Hallway.yaml")
+    assert imitation.algo == "ppo_memory" and "gail" in imitation.hyperparams["reward_signals"]
 
 
 def test_goal_conditioning_type_reaches_the_run() -> None:

@@ -21,6 +21,7 @@ ALGORITHMS: dict[str, str] = {
     "dqn": "stable_baselines3:DQN",
     "maskable_ppo": "sb3_contrib:MaskablePPO",
     "recurrent_ppo": "sb3_contrib:RecurrentPPO",
+    "ppo_memory": "unity_sb3.algorithms.recurrent_ppo:RecurrentPPO",
     "tqc": "sb3_contrib:TQC",
     "trpo": "sb3_contrib:TRPO",
     "poca": "unity_sb3.algorithms.poca:POCA",

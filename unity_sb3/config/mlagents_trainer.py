@@ -16,7 +16,6 @@ from unity_sb3.config.mlagents_schema import (
     SIGNAL_NAMES,
     TIME_HORIZON_DEFAULT,
     VIS_ENCODE_TYPES,
-    MappedSetting,
     MLAgentsConfigError,
     _check_keys,
     _choice,
@@ -205,11 +204,12 @@ def _map_sac(m: _Mapper, hyper: dict[str, Any], gamma: float, where: str) -> Non
 
 
 def _map_network(m: _Mapper, network: dict[str, Any], where: str, shared_critic: bool = False) -> None:
-    """Network settings -> ``policy_kwargs`` (and RecurrentPPO for ``memory``), ``normalize``,
+    """Network settings -> ``policy_kwargs`` (and ``ppo_memory`` for ``memory``), ``normalize``,
     ``mlagents_network`` (goal conditioning, resolved against the env).
 
-    ML-Agents' network body (``num_layers`` x ``hidden_units``, Swish) is SB3's ``net_arch``, except
-    where it must sit before an LSTM or be shared by actor and critic: then it moves into
+    ML-Agents' network body (``num_layers`` x ``hidden_units``, Swish) is SB3's ``net_arch`` (which
+    ``unity_sb3.RecurrentPPO`` runs before its LSTM, as ML-Agents), except where it must be shared by
+    actor and critic: then it moves into
     :class:`~unity_sb3.networks.extractors.UnityMultiInputExtractor` (``hidden_layers``) and
     ``net_arch`` is ``dict(pi=[], vf=[])``.
     """
@@ -234,7 +234,7 @@ def _map_network(m: _Mapper, network: dict[str, Any], where: str, shared_critic:
     shared = shared_critic and trainer == "ppo"
     extractor = {"encoder": repr(vis)}
     policy: dict[str, str] = {}
-    if recurrent or shared:
+    if shared:
         policy["net_arch"] = "dict(pi=[], vf=[])"
         extractor["hidden_layers"] = repr(arch)
     else:
@@ -246,19 +246,11 @@ def _map_network(m: _Mapper, network: dict[str, Any], where: str, shared_critic:
     policy["features_extractor_kwargs"] = "dict(" + ", ".join(f"{k}={v}" for k, v in extractor.items()) + ")"
     if shared:
         policy["share_features_extractor"] = "True"
-    elif recurrent:
-        policy["share_features_extractor"] = "False"
     if memory is not None and trainer in ("sac", "poca"):
         policy.update(memory_size=repr(size), sequence_length=repr(int(mem["sequence_length"])))
-    if recurrent:
-        policy["lstm_hidden_size"] = repr(size // 2)
-        if shared:
-            policy.update(shared_lstm="True", enable_critic_lstm="False")
     m.run.hyperparams["policy_kwargs"] = "dict(" + ", ".join(f"{k}={v}" for k, v in policy.items()) + ")"
     body_note = (
-        "ML-Agents' body inside the features extractor (hidden_layers), before the LSTM"
-        if recurrent
-        else "one body shared by actor and critic (shared_critic)"
+        "one body shared by actor and critic (shared_critic)"
         if shared
         else "separate actor and critic layers, as ML-Agents (the observation encoders are shared)"
     )
@@ -266,7 +258,8 @@ def _map_network(m: _Mapper, network: dict[str, Any], where: str, shared_critic:
         "network_settings.hidden_units/num_layers",
         f"{units} x {layers}",
         f"policy_kwargs net_arch={policy['net_arch']}"
-        + (f", hidden_layers={arch}" if recurrent or shared else ""),
+        + (f", hidden_layers={arch}" if shared else "")
+        + (" before the LSTM" if recurrent else ""),
         body_note,
     )
     m.row("(ML-Agents uses Swish)", None, "activation_fn=nn.SiLU")
@@ -292,9 +285,13 @@ def _map_network(m: _Mapper, network: dict[str, Any], where: str, shared_critic:
             m.row(
                 "hyperparameters.shared_critic",
                 True,
-                "net_arch=dict(pi=[], vf=[]), share_features_extractor=True"
-                + (", shared_lstm=True" if recurrent else ""),
-                "policy and value heads on one network body, as ML-Agents' SharedActorCritic",
+                "net_arch=dict(pi=[], vf=[]), share_features_extractor=True",
+                "policy and value heads on one network body, as ML-Agents' SharedActorCritic"
+                + (
+                    "; the actor and the critic keep their own LSTM (ML-Agents shares one)"
+                    if recurrent
+                    else ""
+                ),
             )
         else:
             m.ignore("hyperparameters.shared_critic", True, f"{trainer.upper()}'s critic is its own network")
@@ -306,7 +303,10 @@ def _map_network(m: _Mapper, network: dict[str, Any], where: str, shared_critic:
 
 
 def _map_memory(m: _Mapper, memory: Mapping[str, Any], size: int, recurrent: bool) -> None:
-    """``network_settings.memory`` -> sb3-contrib's RecurrentPPO (PPO) or ``unity_sb3.SAC``'s Lstm policy (SAC)."""
+    """``network_settings.memory`` -> ``unity_sb3.RecurrentPPO`` (``ppo_memory``) or ``unity_sb3.SAC``'s Lstm policy (SAC).
+
+    Reward signals, the BC term, ``beta_schedule`` and ``time_horizon`` stay as PPO maps them: the
+    recurrent PPO takes them all."""
     mem = {**MEMORY_DEFAULTS, **memory}
     if m.run.trainer_type == "sac":
         m.row(
@@ -346,41 +346,20 @@ def _map_memory(m: _Mapper, memory: Mapping[str, Any], size: int, recurrent: boo
             f"no recurrent {m.run.trainer_type.upper()} in unity-sb3; the policy has no memory",
         )
         return
-    m.run.algo = "recurrent_ppo"
+    m.run.algo = "ppo_memory"
+    m.run.hyperparams.update(memory_size=size, sequence_length=int(mem["sequence_length"]))
     m.row(
         "network_settings.memory.memory_size",
         size,
-        f"recurrent_ppo (MlpLstmPolicy / CnnLstmPolicy / MultiInputLstmPolicy), lstm_hidden_size={size // 2}",
-        "ML-Agents' memory holds the LSTM's hidden and cell state; actor and critic have their own LSTM",
+        f"ppo_memory (unity_sb3.RecurrentPPO, ...LstmPolicy), memory_size={size}",
+        "ML-Agents' memory: the LSTM's hidden and cell state; actor and critic have their own LSTM",
     )
-    m.ignore(
+    m.row(
         "network_settings.memory.sequence_length",
         mem["sequence_length"],
-        "RecurrentPPO backpropagates through each minibatch's runs of consecutive steps of one agent "
-        "(up to batch_size steps, cut at episode starts), from the LSTM state stored while acting",
+        f"sequence_length={mem['sequence_length']}",
+        "each agent's steps cut into sequences, each unrolled from the memory stored while acting",
     )
-    out = m.run.hyperparams
-    for key in ("reward_signals", "behavioral_cloning"):
-        if key in out:
-            out.pop(key)
-            m.ignore(
-                key,
-                "...",
-                "sb3-contrib's RecurrentPPO has no reward signals or BC term; only the extrinsic reward is used",
-            )
-    ent_coef = out.get("ent_coef")
-    if isinstance(ent_coef, str):  # a lin_<start>_<floor> schedule: RecurrentPPO takes a number
-        start = float(ent_coef.split("_")[1])
-        out["ent_coef"] = start
-        for i, row in enumerate(m.run.rows):
-            if row.source == "hyperparameters.beta_schedule":
-                m.run.rows[i] = MappedSetting(
-                    row.source,
-                    row.value,
-                    f"ent_coef={start}",
-                    f"sb3-contrib's RecurrentPPO takes a constant ent_coef; it stays at {start}",
-                    honored=False,
-                )
 
 
 def _map_goal_conditioning(m: _Mapper, network: Mapping[str, Any], units: int, n: str) -> None:
@@ -477,7 +456,7 @@ def _map_time_horizon(m: _Mapper, settings: Mapping[str, Any]) -> None:
         _number(settings.get("time_horizon", TIME_HORIZON_DEFAULT), "time_horizon", 1, integer=True)
     )
     value = horizon if given else f"{horizon} (ML-Agents' default)"
-    if m.run.algo == "ppo":
+    if m.run.algo in ("ppo", "ppo_memory"):
         m.run.hyperparams["time_horizon"] = horizon
         m.row(
             "time_horizon",
@@ -493,9 +472,6 @@ def _map_time_horizon(m: _Mapper, settings: Mapping[str, Any]) -> None:
             "SAC learns from whole transitions in both; ML-Agents only hands them over in chunks",
         )
     elif given:
-        why = (
-            "sb3-contrib's RecurrentPPO cuts trajectories only at rollout ends (n_steps) and episode ends"
-            if m.run.algo == "recurrent_ppo"
-            else "POCA's returns run to the rollout's end (n_steps) or the episode's end"
+        m.ignore(
+            "time_horizon", horizon, "POCA's returns run to the rollout's end (n_steps) or the episode's end"
         )
-        m.ignore("time_horizon", horizon, why)

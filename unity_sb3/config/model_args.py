@@ -33,10 +33,10 @@ def resolve_schedule(value: Any) -> Any:
 
 
 # algorithms whose policies carry an LSTM: "auto" picks their Lstm policy names
-_RECURRENT_ALGOS = ("recurrent_ppo",)
+_RECURRENT_ALGOS = ("recurrent_ppo", "ppo_memory")
 
 # ``ent_coef`` may be a schedule for these (the project's PPO and POCA); SB3's others take a number
-_ENT_COEF_SCHEDULE_ALGOS = ("poca_memory", "ppo", "poca")
+_ENT_COEF_SCHEDULE_ALGOS = ("poca_memory", "ppo", "ppo_memory", "poca")
 
 
 def _auto_policy(observation_space: Any, algo: str = "", memory: bool = False) -> str:
