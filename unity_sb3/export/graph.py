@@ -146,6 +146,8 @@ class ActorHead(nn.Module):
         self.memory_size = 0
         if self.lstm is not None:
             self.memory_size = 2 * self.lstm.num_layers * self.lstm.hidden_size
+        elif kind in ("squashed", "branched"):  # the project's SAC with memory: ML-Agents' flat memory
+            self.memory_size = int(getattr(policy, "memory_size", 0))
 
     def _lstm_step(self, features: th.Tensor, memory: th.Tensor) -> tuple[th.Tensor, th.Tensor]:
         # memory (batch, 1, 2 * layers * hidden) = [h of every layer, c of every layer]
@@ -167,6 +169,12 @@ class ActorHead(nn.Module):
     def forward(self, obs: Any, memory: th.Tensor | None = None) -> tuple[th.Tensor, th.Tensor | None]:
         policy: Any = self.policy
         new_memory = None
+        sac_memory = self.kind in ("squashed", "branched") and self.memory_size > 0
+        if sac_memory:  # one step of the actor's LSTM from the memory Unity feeds back
+            from unity_sb3.algorithms.sac.recurrent import SequenceBatch
+
+            assert memory is not None
+            obs = SequenceBatch(obs, None, memory[:, 0, :])
         if self.kind == "actor_critic":
             features = _features(policy, policy.pi_features_extractor, obs)
             if self.lstm is not None:
@@ -192,6 +200,8 @@ class ActorHead(nn.Module):
             out, squash = policy.actor(obs), True
         else:  # "q": Q-values play the role of logits
             out, squash = policy.q_net(obs), False
+        if sac_memory:
+            new_memory = policy.actor.final_memories.unsqueeze(1)
         if self.box:
             assert self.bounds is not None
             out = self.bounds.unscale(out) if squash else self.bounds.clip(out)

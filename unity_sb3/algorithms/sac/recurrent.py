@@ -45,12 +45,13 @@ class SequenceBatch(NamedTuple):
     """Observations of ``n`` sequences of ``L`` steps each, with what the LSTM needs to unroll them.
 
     :param observations: ``(n * L, ...)`` (or a dict of them), sequence-major.
-    :param episode_starts: ``(n * L,)`` float, 1.0 where an episode starts (the memory is reset there).
+    :param episode_starts: ``(n * L,)`` float, 1.0 where an episode starts (the memory is reset
+        there); None: no episode starts (acting, where the memories are reset beforehand).
     :param memories: ``(n, memory_size)``: the actor's memory before each sequence's first step.
     """
 
     observations: PyTorchObs
-    episode_starts: th.Tensor
+    episode_starts: th.Tensor | None
     memories: th.Tensor
 
 
@@ -102,7 +103,9 @@ class _UnrollsSequences:
         n = obs.memories.shape[0]
         memories = obs.memories if self.starts_from_stored_memory else th.zeros_like(obs.memories)
         outputs, self.final_memories = features_extractor.memory(
-            body_features.reshape(n, -1, body_features.shape[-1]), memories, obs.episode_starts.reshape(n, -1)
+            body_features.reshape(n, -1, body_features.shape[-1]),
+            memories,
+            None if obs.episode_starts is None else obs.episode_starts.reshape(n, -1),
         )
         return outputs.reshape(-1, outputs.shape[-1])
 
@@ -165,7 +168,7 @@ class RecurrentPolicyMixin:
         :param action_masks: ``(n, sum(branches))`` (discrete actions only), True = allowed.
         """
         memories = th.as_tensor(memories, dtype=th.float32, device=self.actor.device)
-        batch = SequenceBatch(obs, memories.new_zeros(memories.shape[0]), memories)
+        batch = SequenceBatch(obs, None, memories)
         if action_masks is None:
             actions = self.actor(batch, deterministic)
         else:
