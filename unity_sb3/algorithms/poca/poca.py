@@ -496,7 +496,7 @@ class POCA(OnPolicyAlgorithm):
                 self.policy.optimizer.zero_grad()
                 loss.backward()
                 if self.max_grad_norm is not None:
-                    th.nn.utils.clip_grad_norm_(self.policy.parameters(), self.max_grad_norm)
+                    th.nn.utils.clip_grad_norm_(self.policy.parameters(), self.max_grad_norm, foreach=True)
                 self.policy.optimizer.step()
             self._n_updates += 1
             if not continue_training:

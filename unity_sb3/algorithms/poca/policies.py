@@ -96,7 +96,8 @@ class POCAPolicy(BasePolicy):
         if optimizer_kwargs is None:
             optimizer_kwargs = {}
             if optimizer_class == th.optim.Adam:
-                optimizer_kwargs["eps"] = 1e-5
+                # foreach: one multi-tensor update (on CPU torch otherwise steps each tensor in Python)
+                optimizer_kwargs.update(eps=1e-5, foreach=True)
         super().__init__(
             observation_space,
             action_space,
