@@ -185,7 +185,24 @@ class CueVecEnv(VecEnv):
         return [False for _ in self._get_indices(indices)]
 
 
-def _group_win_rate(model: POCA, episodes: int = 50) -> float:
+#: settings of the cue task's runs (also benchmarks/poca_memory.py's)
+CUE_SETTINGS: dict[str, Any] = dict(n_steps=48, batch_size=96, n_epochs=4, learning_rate=3e-3, ent_coef=0.01)
+CUE_STEPS = 12_000
+
+
+def cue_model(memory: bool, seed: int = 0) -> POCA:
+    """RecurrentPOCA (an LSTM of 16 units) or POCA with the same layers and settings on the cue task."""
+    kwargs: dict[str, Any] = dict(net_arch=[32], critic_embed_dim=16)
+    if memory:
+        kwargs.update(memory_size=32, sequence_length=3)
+        return RecurrentPOCA(
+            "MlpLstmPolicy", CueVecEnv(seed=seed), policy_kwargs=kwargs, seed=seed, **CUE_SETTINGS
+        )
+    return POCA("MlpPolicy", CueVecEnv(seed=seed), policy_kwargs=kwargs, seed=seed, **CUE_SETTINGS)
+
+
+def group_win_rate(model: POCA, episodes: int = 50) -> float:
+    """Share of groups whose two agents both answered their cue, acting deterministically."""
     env = CueVecEnv(seed=123)
     obs, state, starts, wins = env.reset(), None, np.ones(env.num_envs, dtype=bool), []
     while len(wins) < episodes:
@@ -198,17 +215,8 @@ def _group_win_rate(model: POCA, episodes: int = 50) -> float:
 
 @pytest.mark.slow
 def test_group_learns_a_cue_only_memory_can_hold():
-    settings = dict(n_steps=48, batch_size=96, n_epochs=4, learning_rate=3e-3, ent_coef=0.01, seed=0)
-    kwargs = dict(net_arch=[32], critic_embed_dim=16)
-    memory = RecurrentPOCA(
-        "MlpLstmPolicy",
-        CueVecEnv(),
-        policy_kwargs={**kwargs, "memory_size": 32, "sequence_length": 3},
-        **settings,
-    ).learn(12_000)
-    plain = POCA("MlpPolicy", CueVecEnv(), policy_kwargs=kwargs, **settings).learn(12_000)
-    assert _group_win_rate(memory) >= 0.9
-    assert _group_win_rate(plain) <= 0.5
+    assert group_win_rate(cue_model(memory=True).learn(CUE_STEPS)) >= 0.9
+    assert group_win_rate(cue_model(memory=False).learn(CUE_STEPS)) <= 0.5
 
 
 def _dungeon_escape_with_memory(memory: dict[str, int]) -> dict[str, Any]:
@@ -245,3 +253,35 @@ def test_poca_memory_config_trains_through_the_command(tmp_path):
     model = RecurrentPOCA.load(tmp_path / "mem" / "model.zip")
     assert type(model.policy).__name__ == "RecurrentPOCAPolicy"
     assert (model.policy.memory.hidden_size, model.policy.sequence_length) == (8, 4)
+
+
+@pytest.mark.parametrize("action", ["discrete", "multidiscrete", "box"])
+def test_onnx_export_carries_the_memory_as_predict(action, tmp_path):
+    """Unity's recurrent contract: recurrent_in/out (batch, 1, memory_size) equal predict's memory, step by step."""
+    from unity_sb3.export import (
+        check_onnx,
+        infer_behavior_spec,
+        inspect_onnx,
+        predict_unity_actions,
+        run_onnx,
+        to_onnx,
+    )
+
+    model = _model(action)
+    path = to_onnx(model, tmp_path / "policy.onnx")
+    info = inspect_onnx(path)
+    assert info.memory_size == 8 and info.inputs["recurrent_in"] == ("batch", 1, 8)
+    assert check_onnx(path, infer_behavior_spec(model.observation_space, model.action_space)) == []
+    rng = np.random.default_rng(0)
+    memories, state, starts = np.zeros((5, 1, 8), np.float32), None, np.ones(5, bool)
+    for _ in range(3):
+        obs = [rng.uniform(-1, 1, size=(5, 4)).astype(np.float32)]
+        expected, state = predict_unity_actions(model, obs, state=state, episode_start=starts)
+        starts = np.zeros(5, bool)
+        got = run_onnx(path, obs, memories=memories)
+        memories = got["recurrent_out"]
+        np.testing.assert_allclose(memories[:, 0], state, atol=2e-5)
+        if expected.continuous.size:
+            np.testing.assert_allclose(got["continuous_actions"], expected.continuous, atol=2e-5)
+        if expected.discrete.size:
+            np.testing.assert_array_equal(got["discrete_actions"], expected.discrete)

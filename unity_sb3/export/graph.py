@@ -146,7 +146,7 @@ class ActorHead(nn.Module):
         self.memory_size = 0
         if self.lstm is not None:
             self.memory_size = 2 * self.lstm.num_layers * self.lstm.hidden_size
-        elif kind in ("squashed", "branched"):  # the project's SAC with memory: ML-Agents' flat memory
+        elif kind in ("squashed", "branched", "poca"):  # the project's SAC or POCA with memory: flat memory
             self.memory_size = int(getattr(policy, "memory_size", 0))
 
     def _lstm_step(self, features: th.Tensor, memory: th.Tensor) -> tuple[th.Tensor, th.Tensor]:
@@ -185,8 +185,12 @@ class ActorHead(nn.Module):
             if self.box and squash:  # gSDE with squash_output: the mode is tanh(mean)
                 out = th.tanh(out)
         elif self.kind == "poca":
-            out = policy.action_net(policy.actor_net(_features(policy, policy.features_extractor, obs)))
-            squash = False
+            latent = policy.actor_net(_features(policy, policy.features_extractor, obs))
+            if self.memory_size:  # RecurrentPOCA: ML-Agents' order, body then LSTM then head
+                assert memory is not None
+                outputs, flat_memory = policy.memory(latent.unsqueeze(1), memory[:, 0, :])
+                latent, new_memory = outputs[:, 0], flat_memory.unsqueeze(1)
+            out, squash = policy.action_net(latent), False
         elif self.kind == "squashed":
             mean, _, _ = policy.actor.get_action_dist_params(obs)
             out, squash = th.tanh(mean), True
