@@ -39,6 +39,7 @@ from unity_sb3.export.specs import (
     plan_observations,
     policy_of,
 )
+from unity_sb3.networks.memory import LSTMMemory
 
 
 class ObservationAdapter(nn.Module):
@@ -142,9 +143,11 @@ class ActorHead(nn.Module):
         self.kind = kind
         self.box = isinstance(policy.action_space, spaces.Box)
         self.bounds = BoxBounds(policy.action_space) if self.box else None
-        self.lstm: nn.LSTM | None = getattr(policy, "lstm_actor", None) if kind == "actor_critic" else None
+        self.lstm: nn.Module | None = getattr(policy, "lstm_actor", None) if kind == "actor_critic" else None
         self.memory_size = 0
-        if self.lstm is not None:
+        if isinstance(self.lstm, LSTMMemory):  # unity_sb3.RecurrentPPO: ML-Agents' flat memory
+            self.memory_size = self.lstm.memory_size
+        elif self.lstm is not None:
             self.memory_size = 2 * self.lstm.num_layers * self.lstm.hidden_size
         elif kind in ("squashed", "branched", "poca"):  # the project's SAC or POCA with memory: flat memory
             self.memory_size = int(getattr(policy, "memory_size", 0))
@@ -177,10 +180,16 @@ class ActorHead(nn.Module):
             obs = SequenceBatch(obs, None, memory[:, 0, :])
         if self.kind == "actor_critic":
             features = _features(policy, policy.pi_features_extractor, obs)
-            if self.lstm is not None:
+            if isinstance(self.lstm, LSTMMemory):  # ML-Agents' order: body, LSTM, head
                 assert memory is not None
-                features, new_memory = self._lstm_step(features, memory)
-            out = policy.action_net(policy.mlp_extractor.forward_actor(features))
+                latent = policy.mlp_extractor.forward_actor(features).unsqueeze(1)
+                latent, flat_memory = self.lstm(latent, memory[:, 0, :])
+                out, new_memory = policy.action_net(latent[:, 0]), flat_memory.unsqueeze(1)
+            else:
+                if self.lstm is not None:  # sb3-contrib: LSTM, then body, then head
+                    assert memory is not None
+                    features, new_memory = self._lstm_step(features, memory)
+                out = policy.action_net(policy.mlp_extractor.forward_actor(features))
             squash = bool(getattr(policy, "squash_output", False))
             if self.box and squash:  # gSDE with squash_output: the mode is tanh(mean)
                 out = th.tanh(out)

@@ -1,0 +1,49 @@
+"""ONNX export of ``unity_sb3.RecurrentPPO`` in Unity's recurrent contract: ``recurrent_in``/``recurrent_out``
+``(batch, 1, memory_size)`` carry ML-Agents' flat memory of the actor, ``memory_size`` is its size."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from mlagents_envs.base_env import ActionSpec, BehaviorSpec
+from test_export import export, make_model, scale_head, unity_observations, vector, visual_chw
+
+from unity_sb3 import RecurrentPPO
+from unity_sb3.export import check_onnx, inspect_onnx, predict_unity_actions, run_onnx
+
+
+@pytest.mark.parametrize(
+    ("action_spec", "observations", "policy"),
+    [
+        (ActionSpec(2, ()), [vector(5)], "MlpLstmPolicy"),
+        (ActionSpec(0, (3, 2)), [vector(5)], "MlpLstmPolicy"),
+        (ActionSpec(0, (3,)), [vector(4), visual_chw(1, 36, 36)], "MultiInputLstmPolicy"),
+    ],
+    ids=["continuous", "multi_discrete", "vector_and_image"],
+)
+def test_exported_memory_model_equals_predict_over_steps(tmp_path, action_spec, observations, policy) -> None:
+    spec = BehaviorSpec(observations, action_spec)
+    kwargs = dict(features_extractor_kwargs=dict(cnn_output_dim=8)) if policy.startswith("Multi") else {}
+    model = make_model(RecurrentPPO, spec, policy, memory_size=12, sequence_length=4, policy_kwargs=kwargs)
+    scale_head(model, 40.0)
+    path = export(model, tmp_path, spec)
+    info = inspect_onnx(path)
+    assert info.memory_size == 12
+    assert info.inputs["recurrent_in"] == ("batch", 1, 12) and info.outputs[-1] == "recurrent_out"
+    assert check_onnx(path, spec) == []
+    n = 8
+    memories, state, starts = np.zeros((n, 1, 12), np.float32), None, np.ones(n, bool)
+    for step in range(4):
+        obs = unity_observations(spec, n=n, seed=20 + step)
+        expected, state = predict_unity_actions(
+            model, obs, behavior_spec=spec, state=state, episode_start=starts
+        )
+        starts = np.zeros(n, bool)
+        got = run_onnx(path, obs, memories=memories)
+        if action_spec.continuous_size:
+            np.testing.assert_allclose(got["continuous_actions"], expected.continuous, atol=2e-5)
+        else:
+            np.testing.assert_array_equal(got["discrete_actions"], expected.discrete)
+        memories = got["recurrent_out"]
+        np.testing.assert_allclose(memories[:, 0, :], state, atol=2e-5)
+    assert np.abs(state).max() > 1e-3  # the memory really moved
