@@ -135,6 +135,9 @@ class RecurrentPolicyMixin:
     extractor and acting with a carried memory (sb3-contrib's ``predict(obs, state, episode_start)``).
 
     The ``state`` of :meth:`predict` is ML-Agents' flat memory, ``(n_envs, memory_size)`` float32.
+
+    :param memory_size: ML-Agents' ``memory_size``: LSTM hidden + cell floats (LSTM units = half).
+    :param sequence_length: ML-Agents' ``sequence_length``: steps per sampled training sequence.
     """
 
     memory_size: int
@@ -142,9 +145,16 @@ class RecurrentPolicyMixin:
     actor: Any
     action_space: spaces.Space
 
-    def _init_memory(self, memory_size: int, sequence_length: int) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        memory_size: int = DEFAULT_MEMORY_SIZE,
+        sequence_length: int = DEFAULT_SEQUENCE_LENGTH,
+        **kwargs: Any,
+    ) -> None:
         check_memory_settings(memory_size, sequence_length)
         self.memory_size, self.sequence_length = int(memory_size), int(sequence_length)
+        super().__init__(*args, **kwargs)
 
     def make_features_extractor(self) -> MemoryExtractor:
         return MemoryExtractor(super().make_features_extractor(), self.memory_size)  # type: ignore[misc]
@@ -216,21 +226,8 @@ class RecurrentPolicyMixin:
 class RecurrentSACPolicy(RecurrentPolicyMixin, SACPolicy):
     """SB3's ``SACPolicy`` (continuous actions) with memory in the actor and Q networks.
 
-    Takes ``SACPolicy``'s arguments, plus:
-
-    :param memory_size: ML-Agents' ``memory_size``: LSTM hidden + cell floats (LSTM units = half).
-    :param sequence_length: ML-Agents' ``sequence_length``: steps per sampled training sequence.
+    Takes ``SACPolicy``'s arguments and :class:`RecurrentPolicyMixin`'s ``memory_size`` and ``sequence_length``.
     """
-
-    def __init__(
-        self,
-        *args: Any,
-        memory_size: int = DEFAULT_MEMORY_SIZE,
-        sequence_length: int = DEFAULT_SEQUENCE_LENGTH,
-        **kwargs: Any,
-    ) -> None:
-        self._init_memory(memory_size, sequence_length)
-        super().__init__(*args, **kwargs)
 
     def make_actor(self, features_extractor: BaseFeaturesExtractor | None = None) -> RecurrentActor:
         return RecurrentActor(**self._update_features_extractor(self.actor_kwargs, features_extractor)).to(
@@ -269,22 +266,11 @@ class RecurrentMultiInputPolicy(RecurrentSACPolicy):
 class RecurrentBranchedSACPolicy(RecurrentPolicyMixin, BranchedSACPolicy):
     """:class:`BranchedSACPolicy` (discrete and hybrid actions) with memory in the actor and Q networks.
 
-    :param memory_size: see :class:`RecurrentSACPolicy`.
-    :param sequence_length: see :class:`RecurrentSACPolicy`.
+    Takes ``BranchedSACPolicy``'s arguments and :class:`RecurrentPolicyMixin`'s ``memory_size`` and ``sequence_length``.
     """
 
     actor_class = RecurrentBranchedActor
     critic_class = RecurrentBranchedCritic
-
-    def __init__(
-        self,
-        *args: Any,
-        memory_size: int = DEFAULT_MEMORY_SIZE,
-        sequence_length: int = DEFAULT_SEQUENCE_LENGTH,
-        **kwargs: Any,
-    ) -> None:
-        self._init_memory(memory_size, sequence_length)
-        super().__init__(*args, **kwargs)
 
 
 class RecurrentBranchedCnnPolicy(RecurrentBranchedSACPolicy):
