@@ -285,3 +285,16 @@ def test_onnx_export_carries_the_memory_as_predict(action, tmp_path):
             np.testing.assert_allclose(got["continuous_actions"], expected.continuous, atol=2e-5)
         if expected.discrete.size:
             np.testing.assert_array_equal(got["discrete_actions"], expected.discrete)
+
+
+def test_hybrid_actions_train_with_memory_and_predict_the_tuple():
+    from unity_sb3.scenes import make_scene
+    from unity_sb3.wrappers.vec_env import UnityVecEnv
+
+    env = UnityVecEnv(make_scene("HybridLine", seed=0, num_agents=4), hybrid="tuple")
+    model = RecurrentPOCA("MlpLstmPolicy", env, policy_kwargs={**MEMORY, "net_arch": [16]}, **SMALL).learn(
+        128
+    )
+    (continuous, discrete), memories = model.predict(env.reset(), deterministic=True)
+    assert continuous.shape == (4, 1) and discrete.shape == (4, 1) and memories.shape == (4, 8)
+    env.close()
