@@ -28,6 +28,7 @@ _LAZY: dict[str, str] = {
     "RecurrentPPO": "unity_sb3.algorithms.recurrent_ppo",
     "SAC": "unity_sb3.algorithms.sac.sac",
     "POCA": "unity_sb3.algorithms.poca",
+    "RecurrentPOCA": "unity_sb3.algorithms.poca",
     "to_onnx": "unity_sb3.export",
     "RayUnityVecEnv": "unity_sb3.wrappers.ray_vec_env",
     "PettingZooVecEnv": "unity_sb3.wrappers.pettingzoo_vec_env",
