@@ -121,7 +121,7 @@ def test_predict_carries_memory_and_save_load_keeps_it(kind: str, tmp_path) -> N
 
 def test_wrong_state_shape_names_the_expected_one() -> None:
     model = RecurrentPPO("MlpLstmPolicy", cue_env(), **SMALL)
-    with pytest.raises(ValueError, match=r"state must be the actor's memories of shape \(2, 8\)"):
+    with pytest.raises(ValueError, match=r"state must be the memories of shape \(2, 8\)"):
         model.predict(np.zeros((2, 2), np.float32), np.zeros((2, 6), np.float32))
 
 

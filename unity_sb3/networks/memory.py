@@ -116,6 +116,31 @@ class LSTMMemory(nn.Module):
         return th.cat(outputs, dim=1), th.cat([hidden[0], cell[0]], dim=1)
 
 
+def predict_memories(
+    state: np.ndarray | None,
+    episode_start: np.ndarray | None,
+    n: int,
+    memory_size: int,
+    device: th.device | str = "cpu",
+) -> tuple[th.Tensor, th.Tensor]:
+    """``predict(obs, state, episode_start)``'s inputs (sb3-contrib's convention) as tensors, checked.
+
+    :param state: memories ``(n, memory_size)`` returned by the previous ``predict``, or None (zeros).
+    :param episode_start: ``(n,)``, 1 where an episode starts, or None (no start).
+    :param n: agents (rows) in this call.
+    :param memory_size: floats per memory.
+    :return: memories ``(n, memory_size)`` float32 and episode starts ``(n,)`` float32 on ``device``.
+    """
+    memories = th.zeros(n, memory_size) if state is None else th.as_tensor(state, dtype=th.float32)
+    if memories.shape != (n, memory_size):
+        raise ValueError(
+            f"state must be the memories of shape ({n}, {memory_size}) returned by the previous predict "
+            f"(or None at the start), got {tuple(memories.shape)}."
+        )
+    starts = th.zeros(n) if episode_start is None else th.as_tensor(episode_start, dtype=th.float32)
+    return memories.to(device), starts.reshape(n).to(device)
+
+
 def sequence_starts(n_steps: int, sequence_length: int) -> np.ndarray:
     """Indices of the first step of each chunk of ``sequence_length`` steps in a series of ``n_steps``."""
     check_memory_settings(2, sequence_length)

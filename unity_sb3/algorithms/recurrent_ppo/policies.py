@@ -24,7 +24,12 @@ from stable_baselines3.common.policies import ActorCriticPolicy, BaseModel
 from stable_baselines3.common.torch_layers import BaseFeaturesExtractor, CombinedExtractor, NatureCNN
 from stable_baselines3.common.type_aliases import PyTorchObs
 
-from unity_sb3.networks.memory import DEFAULT_MEMORY_SIZE, LSTMMemory, check_memory_settings
+from unity_sb3.networks.memory import (
+    DEFAULT_MEMORY_SIZE,
+    LSTMMemory,
+    check_memory_settings,
+    predict_memories,
+)
 
 #: the actor's and the critic's memories, ``(n, memory_size)`` each
 Memories = tuple[th.Tensor, th.Tensor]
@@ -148,17 +153,9 @@ class RecurrentActorCriticPolicy(ActorCriticPolicy):
         self.set_training_mode(False)
         obs_tensor, vectorized = self.obs_to_tensor(observation)
         n = len(next(iter(obs_tensor.values()))) if isinstance(obs_tensor, dict) else len(obs_tensor)
-        memories = th.zeros(n, self.memory_size) if state is None else th.as_tensor(state, dtype=th.float32)
-        if memories.shape != (n, self.memory_size):
-            raise ValueError(
-                f"state must be the actor's memories of shape ({n}, {self.memory_size}) (from the previous "
-                f"predict, or None at the start), got {tuple(memories.shape)}."
-            )
-        starts = th.zeros(n) if episode_start is None else th.as_tensor(episode_start, dtype=th.float32)
+        memories, starts = predict_memories(state, episode_start, n, self.memory_size, self.device)
         with th.no_grad():
-            actions, memories = self._predict(
-                obs_tensor, memories.to(self.device), starts.to(self.device), deterministic
-            )
+            actions, memories = self._predict(obs_tensor, memories, starts, deterministic)
         actions_np = actions.cpu().numpy().reshape((-1, *self.action_space.shape))  # type: ignore[misc]
         if isinstance(self.action_space, spaces.Box):
             if self.squash_output:

@@ -93,22 +93,11 @@ class RecurrentPPO(PPO):
             sequence_length=self.sequence_length,
         )
 
-    def _setup_learn(
-        self,
-        total_timesteps: int,
-        callback: Any = None,
-        reset_num_timesteps: bool = True,
-        *args: Any,
-        **kwargs: Any,
-    ):
-        will_reset = reset_num_timesteps or self._last_obs is None
-        result = super()._setup_learn(total_timesteps, callback, reset_num_timesteps, *args, **kwargs)
-        if will_reset or self._memories is None or self._memories[0].shape[0] != self.n_envs:
-            self._memories = self.policy.initial_memories(self.n_envs)
-        return result
-
     def _act(self, obs: Any, action_masks: np.ndarray | None) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
-        assert self._memories is not None and isinstance(self.rollout_buffer, RecurrentSignalRolloutBuffer)
+        assert isinstance(self.rollout_buffer, RecurrentSignalRolloutBuffer)
+        if self._memories is None or self._memories[0].shape[0] != self.n_envs:
+            # any values do: SB3 starts every learn() that resets with episode starts, which zero them
+            self._memories = self.policy.initial_memories(self.n_envs)
         starts = th.as_tensor(self._last_episode_starts, dtype=th.float32, device=self.device)
         self.rollout_buffer.store_memories(*self._memories)
         actions, values, log_probs, after = self.policy(obs, self._memories, starts)
