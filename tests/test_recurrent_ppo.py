@@ -191,3 +191,25 @@ def test_the_bc_term_trains_the_recurrent_actor_on_demo_sequences() -> None:
     model.learn(16 * 2 * 8)
     assert model.logger.name_to_value["behavioral_cloning/loss"] < 0.2
     assert success_rate(model) >= 0.95 > before
+
+
+@pytest.mark.parametrize(
+    ("scene", "policy", "kwargs"),
+    [
+        ("Ball3D", "MlpLstmPolicy", dict(num_agents=3, max_steps=20)),  # Box actions
+        ("GridWorld", "MultiInputLstmPolicy", dict(max_steps=10)),  # image + vector, Discrete, masks
+    ],
+)
+def test_runs_on_unity_vec_env_scenes(scene: str, policy: str, kwargs: dict) -> None:
+    from unity_sb3 import UnityMultiInputExtractor, UnityVecEnv
+    from unity_sb3.scenes import make_scene
+
+    env = UnityVecEnv(make_scene(scene, seed=0, **kwargs))
+    policy_kwargs = dict(features_extractor_class=UnityMultiInputExtractor, net_arch=[16])
+    model = RecurrentPPO(policy, env, policy_kwargs=policy_kwargs, **{**SMALL, "n_steps": 24})
+    model.learn(24 * env.num_envs)
+    assert model.rollout_buffer.dones.any()  # episode ends inside the rollout
+    obs = env.reset()
+    actions, state = model.predict(obs, None, np.ones(env.num_envs), deterministic=True)
+    assert state.shape == (env.num_envs, 8) and len(actions) == env.num_envs
+    env.close()
