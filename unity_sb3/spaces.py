@@ -234,9 +234,11 @@ class BehaviorSpaces:
             ) from None
         if arr.shape != (n, self.continuous_size):
             arr = _reshape_or_raise(arr, (n, self.continuous_size), "continuous actions")
-        if not np.all(np.isfinite(arr)):
+        # one reduction instead of an elementwise check: the sum is finite unless a value is not
+        # (or finite values overflow float32, which the full check then clears)
+        if not np.isfinite(np.add.reduce(arr, axis=None)) and not np.isfinite(arr).all():
             raise ValueError("continuous actions contain NaN or infinite values; check the policy's outputs")
-        return np.clip(arr, -1.0, 1.0)
+        return np.minimum(np.maximum(arr, -1.0), 1.0)
 
     def _discrete(self, value: Any, n: int) -> np.ndarray:
         arr = np.asarray(value)
@@ -268,6 +270,8 @@ class BehaviorSpaces:
             ``(n, branches)`` int32.
         """
         c, k = self.continuous_size, len(self.branches)
+        if c and not k:
+            return ActionTuple(continuous=self._continuous(actions, n))
         cont = np.zeros((n, c), dtype=np.float32)
         disc = np.zeros((n, k), dtype=np.int32)
         if c and k:
@@ -288,8 +292,6 @@ class BehaviorSpaces:
                     )
                 cont = self._continuous(actions[CONTINUOUS_KEY], n)
                 disc = self._discrete(actions[DISCRETE_KEY], n)
-        elif c:
-            cont = self._continuous(actions, n)
         elif k:
             disc = self._discrete(actions, n)
         return ActionTuple(continuous=cont, discrete=disc)

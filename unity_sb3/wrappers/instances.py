@@ -41,8 +41,15 @@ class _Instance:
     all_bound: bool = False  # every slot has an agent
     identity: bool = False  # slot i's agent is row i of ``dec`` for every slot
     slot_of: dict[int, int] = field(default_factory=dict)  # agent id -> local slot, bound agents only
-    steady_ids: np.ndarray | None = None  # ``dec.agent_id`` when every slot's agent asked (rows valid)
+    # ``dec.agent_id`` of the last batch in which every slot's agent asked, at rows ``steady_rows``;
+    # kept while agents only end episodes, so their slots re-bind without a search (``_rebind_steady``)
+    steady_ids: np.ndarray | None = None
+    steady_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    steady_identity: bool = False  # ``steady_rows`` is ``arange``
     slots: slice = field(default_factory=lambda: slice(0, 0))
+    # shared constants, never written: ``rows`` when nobody asks, the mask of all slots
+    none_asking: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    everyone: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
 
     def allocate(self, n: int) -> None:
         self.n = n
@@ -53,6 +60,8 @@ class _Instance:
         self.previous = np.zeros(n, np.int64)
         self.had_agent = np.zeros(n, bool)
         self.rows = np.full(n, -1, np.int64)
+        self.none_asking = np.full(n, -1, np.int64)
+        self.everyone = np.ones(n, bool)
         self.group_id = np.zeros(n, np.int64)
 
     def unbind_all(self) -> None:
@@ -247,10 +256,10 @@ class InstancesMixin:
         inst.env.reset()
 
     def _answer_others(self, inst: _Instance) -> None:
-        names = list(inst.env.behavior_specs)
-        if len(names) == 1:
+        specs = inst.env.behavior_specs
+        if len(specs) == 1:
             return
-        for name in names:
+        for name in list(specs):
             if name == self.behavior_name:
                 continue
             try:
@@ -343,12 +352,17 @@ class InstancesMixin:
                 self._absorb_terminal(inst, term, reward, group_reward, done, truncated, terminal_obs)
             inst.dec = dec
             ids = dec.agent_id
-            steady = inst.steady_ids
-            if steady is not None and len(ids) == len(steady) and (ids == steady).all():
-                # steady state: the same agents ask as last time, in the same order, all with slots
-                rows = inst.rows
-                reward += dec.reward[rows]
-                group_reward += dec.group_reward[rows]
+            kept = self._steady_match(inst, ids)
+            if kept is not None:
+                # steady state: every slot's agent (or its successor) asks at the same row as last time
+                rows = inst.steady_rows
+                if kept is inst.everyone:
+                    reward += dec.reward[rows]
+                    group_reward += dec.group_reward[rows]
+                else:  # slots re-bound just now get no reward for their agent's first decision
+                    reward[kept] += dec.reward[rows[kept]]
+                    group_reward[kept] += dec.group_reward[rows[kept]]
+                inst.rows, inst.identity = rows, inst.steady_identity
                 inst.group_id[:] = dec.group_id[rows]
                 converted = self.spaces.observations(dec.obs)
                 if inst.identity:
@@ -357,9 +371,8 @@ class InstancesMixin:
                     _put(self._obs_buf, inst.slots, _take(converted, rows))
                 return _StepResult(reward, group_reward, done, truncated, terminal_obs)
             if len(ids) == 0:  # nobody of this behavior asks (between decisions): step on
-                inst.rows = np.full(n, -1, np.int64)
+                inst.rows = inst.none_asking
                 inst.identity = False
-                inst.steady_ids = None
                 self._answer_others(inst)
                 continue
             rows = match_ids(inst.agent, inst.bound, ids)
@@ -371,7 +384,10 @@ class InstancesMixin:
             self._bind(inst, dec, rows)
             if inst.all_bound and (inst.rows >= 0).all():
                 inst.steady_ids = np.array(ids, copy=True)
-                inst.identity = len(ids) >= n and bool((inst.rows == inst.arange).all())
+                inst.steady_rows = inst.rows
+                inst.identity = inst.steady_identity = len(ids) >= n and bool(
+                    (inst.rows == inst.arange).all()
+                )
             # a slot whose agent ended its episode waits with the others for the next request, so
             # a death between two decisions does not make a step where every slot is inactive
             if (inst.rows >= 0).any():
@@ -400,31 +416,89 @@ class InstancesMixin:
     ) -> None:
         # few agents end per step: a dict lookup beats sorting every slot's id
         slot_of = inst.slot_of
-        pairs = [(slot_of[a], j) for j, a in enumerate(term.agent_id.tolist()) if a in slot_of]
+        pairs = [(slot_of.pop(a), j) for j, a in enumerate(term.agent_id.tolist()) if a in slot_of]
         if not pairs:
             return
-        ended = np.array([p[0] for p in pairs], dtype=np.int64)
-        term_rows = np.array([p[1] for p in pairs], dtype=np.int64)
-        for slot, _ in pairs:
-            del slot_of[int(inst.agent[slot])]
-        reward[ended] += term.reward[term_rows]
-        group_reward[ended] += term.group_reward[term_rows]
-        inst.group_id[ended] = term.group_id[term_rows]
-        done[ended] = True
-        truncated[ended] = term.interrupted[term_rows]
         converted = self.spaces.observations(term.obs)
-        picked = _take(converted, term_rows)
-        for j, local in enumerate(ended.tolist()):
-            terminal_obs[local] = _row(picked, j)
+        if len(pairs) == 1:  # the common case, in scalar steps
+            slot, j = pairs[0]
+            reward[slot] += term.reward[j]
+            group_reward[slot] += term.group_reward[j]
+            inst.group_id[slot] = term.group_id[j]
+            done[slot] = True
+            truncated[slot] = term.interrupted[j]
+            last = _copy(_row(converted, j))
+            terminal_obs[slot] = last
+            ended: Any = slot
+        else:
+            ended = np.array([p[0] for p in pairs], dtype=np.int64)
+            term_rows = np.array([p[1] for p in pairs], dtype=np.int64)
+            reward[ended] += term.reward[term_rows]
+            group_reward[ended] += term.group_reward[term_rows]
+            inst.group_id[ended] = term.group_id[term_rows]
+            done[ended] = True
+            truncated[ended] = term.interrupted[term_rows]
+            last = _take(converted, term_rows)
+            for j, local in enumerate(ended.tolist()):
+                terminal_obs[local] = _row(last, j)
         # placeholder until a new agent takes the slot: the terminal observation
-        _put(self._obs_buf, inst.start + ended, picked)
+        _put(self._obs_buf, inst.start + ended, last)
         inst.bound[ended] = False
-        rows = inst.rows.copy()  # may be the shared ``arange``
+        rows = inst.rows.copy()  # may be shared (``steady_rows``, ``none_asking``)
         rows[ended] = -1
         inst.rows = rows
         inst.all_bound = False
         inst.identity = False
-        inst.steady_ids = None
+
+    def _steady_match(self, inst: _Instance, ids: np.ndarray) -> np.ndarray | None:
+        """Whether the decision batch ``ids`` keeps every slot at its ``steady_rows`` row: ``None`` if
+        not, else the ``(n,)`` bool mask of the slots that were bound before (``inst.everyone`` when all)."""
+        steady = inst.steady_ids
+        if steady is None or len(ids) != len(steady):
+            return None
+        if inst.all_bound:
+            return inst.everyone if (ids == steady).all() else None
+        return self._rebind_steady(inst, ids)
+
+    def _rebind_steady(self, inst: _Instance, ids: np.ndarray) -> np.ndarray | None:
+        """Re-bind the slots whose agent ended its episode, each to the agent now asking at the row its
+        old agent had, when that is what :meth:`_bind` would choose; ``None`` (nothing changed) if not.
+
+        It is when ``ids`` differ from ``steady_ids`` only at those rows, and each agent there is either
+        the slot's old agent asking again (taken back first) or a new agent (a new episode gets a new id
+        in Unity) while every agent has a slot, no free slot's old agent asks elsewhere and the free
+        slots' rows are in the slots' order (free slots take the remaining agents in batch order).
+
+        :param ids: ``(n_agents,)`` the agent ids of the decision batch, as long as ``steady_ids``.
+        :return: ``(n,)`` bool, the slots that were bound before.
+        """
+        free = np.flatnonzero(~inst.bound)
+        free_rows = inst.steady_rows[free]
+        changed = np.flatnonzero(ids != inst.steady_ids)
+        if changed.size:
+            if len(ids) != inst.n:
+                return None
+            allowed = np.zeros(len(ids), bool)
+            allowed[free_rows] = True
+            if not allowed[changed].all():
+                return None
+            new_rows = free_rows[ids[free_rows] != inst.previous[free]]
+            # few agents end at once: sets beat np.isin's sorting
+            if (np.diff(new_rows) <= 0).any() or not set(inst.previous[free].tolist()).isdisjoint(
+                ids[changed].tolist()
+            ):
+                return None
+            inst.steady_ids = np.array(ids, copy=True)
+        kept = inst.bound.copy()
+        new_ids = ids[free_rows]
+        inst.agent[free] = new_ids
+        inst.previous[free] = new_ids
+        inst.had_agent[free] = True
+        inst.bound[free] = True
+        for slot, agent_id in zip(free.tolist(), new_ids.tolist()):
+            inst.slot_of[agent_id] = slot
+        inst.all_bound = True
+        return kept
 
     def _bind(self, inst: _Instance, dec: DecisionSteps, rows: np.ndarray) -> None:
         """Give free slots to unassigned requesting agents; ``rows`` maps bound slots into ``dec``."""
