@@ -12,7 +12,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv
 
 from unity_sb3 import SAC
 from unity_sb3.algorithms.sac.buffers import SequenceReplayBuffer
-from unity_sb3.algorithms.sac.recurrent import MemoryExtractor
+from unity_sb3.algorithms.sac.recurrent import SequenceBatch
 
 ACTION_SPACES = {
     "box": spaces.Box(-1.0, 1.0, (1,), np.float32),
@@ -135,16 +135,24 @@ def test_buffer_samples_shorter_sequences_while_it_holds_fewer_steps() -> None:
         filled_buffer(0).sample(6)
 
 
-def test_memory_resets_where_an_episode_starts() -> None:
-    model = make_sac(ACTION_SPACES["box"])
-    extractor = model.actor.features_extractor
-    assert isinstance(extractor, MemoryExtractor)
-    features = th.randn(1, 4, extractor.body.features_dim)
-    memories = th.randn(1, extractor.memory_size)
-    starts = th.tensor([[0.0, 0.0, 1.0, 0.0]])
-    outputs, _ = extractor.memory(features, memories, starts)
-    fresh, _ = extractor.memory(features[:, 2:], th.zeros_like(memories))
-    th.testing.assert_close(outputs[:, 2:], fresh)
+@pytest.mark.parametrize("name", ["box", "discrete"])
+def test_actor_unrolls_from_the_stored_memory_and_the_q_networks_from_zeros(name: str) -> None:
+    """ML-Agents' SAC: sequences start from the actor's stored memory; Q networks start from zero memory."""
+    model = make_sac(ACTION_SPACES[name])
+    obs = th.randn(6, 2)  # 2 sequences of 3 steps
+    starts = th.tensor(
+        [0.0, 0.0, 1.0, 0.0, 0.0, 0.0]
+    )  # the first sequence starts an episode at its third step
+    stored, zeros = th.randn(2, 8), th.zeros(2, 8)
+    for net, starts_from_stored in [(model.actor, True), (model.critic, False), (model.critic_target, False)]:
+        extractor = net.features_extractor
+        with_stored = net.extract_features(SequenceBatch(obs, starts, stored), extractor)
+        with_zeros = net.extract_features(SequenceBatch(obs, starts, zeros), extractor)
+        differs = ~th.isclose(with_stored, with_zeros).all(dim=1)
+        # the stored memory matters before the episode start of sequence 1, everywhere in sequence 2
+        assert differs.tolist() == (
+            [True, True, False, True, True, True] if starts_from_stored else [False] * 6
+        )
 
 
 @pytest.mark.parametrize("name", list(ACTION_SPACES))
@@ -241,7 +249,9 @@ def test_learns_a_cue_shown_only_at_the_first_step(name: str, policy: str, low: 
         policy_kwargs=policy_kwargs,
     )
     model.learn(1500)
-    assert low <= cue_score(model) <= high
+    score = cue_score(model)
+    print(f"cue score {name} {policy}: {score:.3f}")  # RESULTS.md quotes it (pytest -s)
+    assert low <= score <= high
 
 
 @pytest.mark.parametrize("name", ["box", "discrete", "hybrid"])
