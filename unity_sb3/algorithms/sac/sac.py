@@ -22,7 +22,8 @@ With ``reward_signals`` (ML-Agents' SAC keeps one Q stream per signal; so does t
   rewards and losses are logged under ``reward_signals/<name>/``.
 - Placeholder steps of inactive ``UnityVecEnv`` slots (``infos[i]["active"] == False``) are
   *not* filtered: SB3's replay buffer stores every slot each step. Use SAC with scenes where each
-  agent decides every step (DecisionRequester period 1), or PPO, which excludes them.
+  agent decides every step (DecisionRequester period 1), or PPO, which excludes them. With memory
+  (``"MlpLstmPolicy"``, :mod:`unity_sb3.algorithms.sac.recurrent`) an inactive slot's memory does not advance.
 - n-step replay (``n_steps > 1``) is not supported together with ``reward_signals``.
 
 ``behavioral_cloning``: the BC module's ``update()`` runs after each gradient step (see
