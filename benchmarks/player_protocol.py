@@ -23,6 +23,7 @@ Usage::
 
     python benchmarks/player_protocol.py [--steps 1000] [--rounds 3] [--scenes Ball3D GridWorld Escape]
         [--baseline DIR] [--profile DIR]
+    python benchmarks/player_protocol.py --own-work [--baseline DIR]
 """
 
 from __future__ import annotations
@@ -38,18 +39,21 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+# where unity_sb3 is imported from (ROOT_VARIABLE: ``--own-work`` points it at the ``--baseline`` tree)
+sys.path.insert(0, os.environ.get("PLAYER_PROTOCOL_ROOT", str(Path(__file__).resolve().parents[1])))
 
 # isort: off
 import unity_sb3  # noqa: F401  (first: makes mlagents_envs import on protobuf >= 4)
 
 # isort: on
+import numpy as np
 from _common import free_base_port, print_table, write_results
 from mlagents_envs.environment import UnityEnvironment
 from mlagents_envs.side_channel.stats_side_channel import StatsSideChannel
-from scenes import run
+from scenes import random_actions, run
 
 SCENES = ("Ball3D", "GridWorld", "Escape")
+ROOT_VARIABLE = "PLAYER_PROTOCOL_ROOT"
 #: The full name of the one RPC Unity calls (``unity_to_external.proto``).
 EXCHANGE_METHOD = "/communicator_objects.UnityToExternalProto/Exchange"
 
@@ -160,6 +164,82 @@ def measure(
     }
 
 
+def own_work(scene: str, exchanges: int, repeats: int, seed: int) -> float:
+    """CPU microseconds per exchange that the player spends on itself, measured in-process.
+
+    What the player does between two ``Exchange`` calls: read the actions from protobuf, step the
+    scene, build and serialize the output. Random actions, as in the rounds; the minimum over
+    ``repeats`` runs of ``exchanges`` each (CPU time, so other jobs on the cores matter less).
+    """
+    from mlagents_envs.communicator_objects.agent_action_pb2 import AgentActionProto
+
+    from unity_sb3.scenes.player.codec import actions_from_proto
+    from unity_sb3.scenes.player.server import StandInPlayer, load_scene
+
+    best = math.inf
+    for _ in range(repeats):
+        env = load_scene(scene, seed=seed)
+        player = StandInPlayer(env, 1, name=scene)
+        output = getattr(player, "output_message", None) or player._output_message  # its name before ec43297
+        rng = np.random.default_rng(seed)
+        env.reset()
+        spent = 0.0
+        for _ in range(exchanges):
+            inputs = {}
+            for name, spec in player.specs.items():
+                actions = random_actions(spec, env.get_steps(name)[0], rng)
+                inputs[name] = [
+                    AgentActionProto(continuous_actions=c, discrete_actions=d)
+                    for c, d in zip(actions.continuous, actions.discrete)
+                ]
+            started = time.process_time()
+            for name, protos in inputs.items():
+                if protos:
+                    env.set_actions(name, actions_from_proto(protos, player.specs[name], len(protos), name))
+            env.step()
+            output().SerializeToString()
+            spent += time.process_time() - started
+        best = min(best, spent / exchanges)
+    return 1e6 * best
+
+
+def _own_work_of(root: Path, scene: str, seed: int) -> float:
+    """:func:`own_work` in a process importing unity_sb3 from ``root``."""
+    args = [sys.executable, __file__, "--own-work-of", scene, "--seed", str(seed)]
+    result = subprocess.run(
+        args, env={**os.environ, ROOT_VARIABLE: str(root)}, capture_output=True, text=True
+    )
+    if result.returncode:
+        raise RuntimeError(f"own work of {scene} from {root} failed:\n{result.stderr}")
+    return float(result.stdout.split()[-1])
+
+
+def compare_own_work(scenes: list[str], baseline: Path | None, seed: int, alternations: int = 3) -> int:
+    """Print and write the player's own work per exchange, this tree's and the baseline's.
+
+    Each value is the median of ``alternations`` processes, the trees alternating.
+    """
+    roots = {"player": Path(__file__).resolve().parents[1]}
+    if baseline:
+        roots["baseline"] = baseline
+    rows = []
+    for scene in scenes:
+        runs: dict[str, list[float]] = {side: [] for side in roots}
+        for _ in range(alternations):
+            for side, root in roots.items():
+                runs[side].append(_own_work_of(root, scene, seed))
+        row: dict[str, object] = {"scene": scene}
+        for side in roots:
+            row[f"{side}_own_us"] = statistics.median(runs[side])
+            row[f"{side}_own_us_runs"] = runs[side]
+        rows.append(row)
+    print_table(
+        rows, ["scene", *(f"{side}_own_us" for side in roots)], title="Player's own CPU us per exchange"
+    )
+    print(f"wrote {write_results('player_own_work', rows, seed=seed, baseline=baseline)}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=1000, help="step() calls per round")
@@ -174,11 +254,22 @@ def main(argv: list[str] | None = None) -> int:
         metavar="DIR",
         help="also measure the player of this source tree (e.g. `git archive COMMIT unity_sb3 | tar -x -C DIR`)",
     )
+    parser.add_argument(
+        "--own-work",
+        action="store_true",
+        help="instead of the rounds: the player's own CPU time per exchange, in-process (with --baseline too)",
+    )
+    parser.add_argument("--own-work-of", metavar="SCENE", help=argparse.SUPPRESS)
     parser.add_argument("--serve-bare", metavar="SCENE", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve_bare:
         return serve_bare(args.serve_bare, args.port, args.seed)
+    if args.own_work_of:
+        print(own_work(args.own_work_of, exchanges=400, repeats=5, seed=args.seed))
+        return 0
+    if args.own_work:
+        return compare_own_work(args.scenes, args.baseline, args.seed)
     if args.profile:
         args.profile.mkdir(parents=True, exist_ok=True)
 
