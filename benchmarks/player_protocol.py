@@ -15,9 +15,11 @@ separate process playing Unity:
 
 Rounds alternate the sides; the table shows the median exchange rates and their ratios to the
 bare rate (target >= 0.7), and the CPU milliseconds per exchange of each Unity-side process (what
-the player spends on itself; it moves much less than wall time when other jobs share the cores). ``--profile DIR`` also writes cProfile files of the Python side and of
-the Unity-side process (``DIR/<scene>-<side>-{python,unity}.prof``). Writes
-``benchmarks/results/player_protocol.json``.
+it spends on itself; other jobs on the cores disturb it less than the rates). ``--profile DIR``
+also writes cProfile files of the Python side and of the Unity-side process
+(``DIR/<scene>-<side>-{python,unity}.prof``). ``--own-work`` measures instead the player's own CPU
+time per exchange in-process (:func:`own_work`). Writes ``benchmarks/results/player_protocol.json``
+(``player_own_work.json`` with ``--own-work``).
 
 Usage::
 
