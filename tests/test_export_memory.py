@@ -17,7 +17,12 @@ from unity_sb3.export import check_onnx, inspect_onnx, predict_unity_actions, ru
     [
         (ActionSpec(2, ()), [vector(5)], "MlpLstmPolicy"),
         (ActionSpec(0, (3, 2)), [vector(5)], "MlpLstmPolicy"),
-        (ActionSpec(0, (3,)), [vector(4), visual_chw(1, 36, 36)], "MultiInputLstmPolicy"),
+        pytest.param(
+            ActionSpec(0, (3,)),
+            [vector(4), visual_chw(1, 36, 36)],
+            "MultiInputLstmPolicy",
+            marks=pytest.mark.slow,  # the default suite's budget: the CNN export takes ~10 s
+        ),
     ],
     ids=["continuous", "multi_discrete", "vector_and_image"],
 )
