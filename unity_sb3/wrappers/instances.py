@@ -472,25 +472,24 @@ class InstancesMixin:
         :param ids: ``(n_agents,)`` the agent ids of the decision batch, as long as ``steady_ids``.
         :return: ``(n,)`` bool, the slots that were bound before.
         """
-        free = np.flatnonzero(~inst.bound)
+        kept = inst.bound.copy()
+        free = np.flatnonzero(~kept)
         free_rows = inst.steady_rows[free]
-        changed = np.flatnonzero(ids != inst.steady_ids)
-        if changed.size:
-            if len(ids) != inst.n:
-                return None
-            allowed = np.zeros(len(ids), bool)
-            allowed[free_rows] = True
-            if not allowed[changed].all():
-                return None
-            new_rows = free_rows[ids[free_rows] != inst.previous[free]]
-            # few agents end at once: sets beat np.isin's sorting
-            if (np.diff(new_rows) <= 0).any() or not set(inst.previous[free].tolist()).isdisjoint(
-                ids[changed].tolist()
+        moved = ids != inst.steady_ids
+        moved[free_rows] = False
+        if moved.any():  # a bound slot's agent is not at its row any more
+            return None
+        new_ids = ids[free_rows]
+        renewed = new_ids != inst.previous[free]  # free slots whose row holds a new agent
+        if renewed.any():
+            # few agents end at once: a set beats np.isin's sorting
+            if (
+                len(ids) != inst.n
+                or (np.diff(free_rows[renewed]) <= 0).any()
+                or not set(inst.previous[free].tolist()).isdisjoint(new_ids[renewed].tolist())
             ):
                 return None
             inst.steady_ids = np.array(ids, copy=True)
-        kept = inst.bound.copy()
-        new_ids = ids[free_rows]
         inst.agent[free] = new_ids
         inst.previous[free] = new_ids
         inst.had_agent[free] = True
