@@ -4,7 +4,10 @@ Ball3D's agents have no group (``group_id`` 0), so POCA makes each a group of on
 sees one member and its baseline none, and POCA should learn as PPO does. Both algorithms train
 ``unity_sb3`` classes on the same in-process ``UnityVecEnv`` (12 agents) with the same settings
 (n_steps 256 per slot, batch 256, 3 epochs, lr 3e-4, entropy 0.001, net [64, 64], constant
-schedules). Metrics: mean return of the episodes that ended in each window of training steps
+schedules) and observations normalised by running statistics (``VecNormalize``, rewards left
+alone), as Unity's ``config/ppo/3DBall.yaml`` and ``poca`` configs do (``normalize: true``): the
+faithful Ball3D's velocities and positions span very different scales, and without it both learn
+several times slower. Metrics: mean return of the episodes that ended in each window of training steps
 (an episode scores at most 100), the first step at which it reached ``--threshold``, its mean
 over the last third of training, and a deterministic evaluation return.
 
@@ -23,7 +26,7 @@ from typing import Any
 
 import numpy as np
 import torch as th
-from stable_baselines3.common.vec_env import VecMonitor
+from stable_baselines3.common.vec_env import VecMonitor, VecNormalize
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import RESULTS_DIR, print_table, write_results
@@ -44,14 +47,17 @@ SETTINGS: dict[str, Any] = {
 }
 
 
-def evaluate(model, seed: int, steps: int) -> float:
-    """Mean return of the episodes a deterministic policy finishes in ``steps`` steps (partial ones if none)."""
+def evaluate(model, normalizer: VecNormalize, seed: int, steps: int) -> float:
+    """Mean return of the episodes a deterministic policy finishes in ``steps`` steps (partial ones if none).
+
+    :param normalizer: the training env's observation normaliser (its statistics are only read).
+    """
     env = UnityVecEnv(make_scene("Ball3D", seed=seed))
     obs = env.reset()
     total = np.zeros(env.num_envs)
     returns: list[float] = []
     for _ in range(steps):
-        actions, _ = model.predict(obs, deterministic=True)
+        actions, _ = model.predict(normalizer.normalize_obs(obs), deterministic=True)
         obs, rewards, dones, _ = env.step(actions)
         total += rewards
         returns.extend(total[dones].tolist())
@@ -62,7 +68,7 @@ def evaluate(model, seed: int, steps: int) -> float:
 
 def run(algo: str, seed: int, steps: int, window: int, threshold: float) -> dict[str, Any]:
     th.set_num_threads(1)
-    env = VecMonitor(UnityVecEnv(make_scene("Ball3D", seed=seed)))
+    env = VecNormalize(VecMonitor(UnityVecEnv(make_scene("Ball3D", seed=seed))), norm_reward=False)
     if algo == "poca":
         model = POCA("MlpPolicy", env, schedule="constant", seed=seed, **SETTINGS)
     else:
@@ -82,7 +88,7 @@ def run(algo: str, seed: int, steps: int, window: int, threshold: float) -> dict
         "curve": curve,
         "steps_to_threshold": reached,
         "last_third_return": float(np.mean([v for v in curve[-max(len(curve) // 3, 1) :] if v is not None])),
-        "eval_return": evaluate(model, 1000 + seed, 1000),
+        "eval_return": evaluate(model, env, 1000 + seed, 1000),
         "seconds": round(seconds, 1),
     }
 
