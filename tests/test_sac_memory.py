@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch as th
 from gymnasium import spaces
+from recurrent_onnx import assert_onnx_carries_memory
 from stable_baselines3.common.vec_env import DummyVecEnv
 
 from unity_sb3 import SAC
@@ -257,30 +258,7 @@ def test_learns_a_cue_shown_only_at_the_first_step(name: str, policy: str, low: 
 @pytest.mark.parametrize("name", ["box", "discrete", "hybrid"])
 def test_onnx_export_carries_the_memory_as_predict(name: str, tmp_path) -> None:
     """Unity's recurrent contract: recurrent_in/out (batch, 1, memory_size) equal predict's memory, step by step."""
-    from unity_sb3.export import (
-        check_onnx,
-        infer_behavior_spec,
-        inspect_onnx,
-        predict_unity_actions,
-        run_onnx,
-        to_onnx,
-    )
+    from unity_sb3.export import to_onnx
 
     model = make_sac(ACTION_SPACES[name])
-    path = to_onnx(model, tmp_path / "policy.onnx")
-    info = inspect_onnx(path)
-    assert info.memory_size == 8 and info.inputs["recurrent_in"] == ("batch", 1, 8)
-    assert check_onnx(path, infer_behavior_spec(model.observation_space, model.action_space)) == []
-    rng = np.random.default_rng(0)
-    memories, state, starts = np.zeros((5, 1, 8), np.float32), None, np.ones(5, bool)
-    for _ in range(3):
-        obs = [rng.normal(size=(5, 2)).astype(np.float32)]
-        expected, state = predict_unity_actions(model, obs, state=state, episode_start=starts)
-        starts = np.zeros(5, bool)
-        got = run_onnx(path, obs, memories=memories)
-        memories = got["recurrent_out"]
-        np.testing.assert_allclose(memories[:, 0], state, atol=2e-5)
-        if expected.continuous.size:
-            np.testing.assert_allclose(got["continuous_actions"], expected.continuous, atol=2e-5)
-        if expected.discrete.size:
-            np.testing.assert_array_equal(got["discrete_actions"], expected.discrete)
+    assert_onnx_carries_memory(model, to_onnx(model, tmp_path / "policy.onnx"), memory_size=8)
