@@ -5,7 +5,8 @@ over the episodes that end in the last 20% of training, the success rate (the ri
 the episode return is > 0 exactly then, since the step costs of an episode sum to less than 1 and
 the wrong goal gives -0.1) and the mean return. ``memory`` is sb3-contrib's ``RecurrentPPO`` (an
 LSTM, what ML-Agents' ``network_settings.memory`` maps to today); ``no_memory`` is
-``unity_sb3.PPO`` with the same layers, rollout and optimisation settings. A policy without memory
+``unity_sb3.PPO`` with the same layers, rollout and optimisation settings; ``ppo_memory`` is the
+project's ``unity_sb3.RecurrentPPO`` (ML-Agents' memory_size 128, sequence_length 64). A policy without memory
 can still reach the goals but, there, cannot tell which one is right: 50% is its ceiling unless it
 carries the symbol in where it walks.
 
@@ -27,17 +28,17 @@ from typing import Any
 
 import numpy as np
 import torch as th
-from sb3_contrib import RecurrentPPO
+from sb3_contrib import RecurrentPPO as ContribRecurrentPPO
 from stable_baselines3.common.vec_env import VecMonitor
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import print_table, write_results
 from _curves import EpisodeRecorder, run_tasks, windowed_mean
 
-from unity_sb3 import PPO, UnityVecEnv
+from unity_sb3 import PPO, RecurrentPPO, UnityVecEnv
 from unity_sb3.scenes import make_scene
 
-POLICIES = ("memory", "no_memory")
+POLICIES = ("memory", "no_memory", "ppo_memory")
 #: shared by both policies (the shipped ``unity_sb3/Hallway-v0`` entry of recurrent_ppo.yml)
 SETTINGS: dict[str, Any] = {
     "n_steps": 128,
@@ -50,10 +51,15 @@ SETTINGS: dict[str, Any] = {
 }
 
 
-def make_model(policy: str, env, seed: int) -> RecurrentPPO | PPO:
-    """``RecurrentPPO`` (LSTM of 64 after a 128 layer) or ``PPO`` with the same layers and settings."""
-    if policy == "memory":
+def make_model(policy: str, env, seed: int) -> ContribRecurrentPPO | RecurrentPPO | PPO:
+    """sb3-contrib's ``RecurrentPPO`` (LSTM of 64 after a 128 layer), the project's ``RecurrentPPO``
+    (ML-Agents' memory: 128 floats, sequences of 64) or ``PPO``, with the same settings."""
+    if policy == "ppo_memory":
         return RecurrentPPO(
+            "MultiInputLstmPolicy", env, seed=seed, memory_size=128, sequence_length=64, **SETTINGS
+        )
+    if policy == "memory":
+        return ContribRecurrentPPO(
             "MultiInputLstmPolicy",
             env,
             seed=seed,
@@ -92,7 +98,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--steps", type=int, default=50_000, help="training steps per run (all agents)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--policies", nargs="+", default=list(POLICIES), choices=POLICIES)
+    parser.add_argument("--policies", nargs="+", default=["memory", "no_memory"], choices=POLICIES)
     parser.add_argument("--move-step", type=float, default=2.0, help="Hallway move_step (units per decision)")
     parser.add_argument(
         "--max-steps", type=int, default=1200, help="Hallway max_steps (academy steps; Unity: 3000)"
