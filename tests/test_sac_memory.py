@@ -167,7 +167,7 @@ def test_predict_carries_the_memory_and_episode_start_resets_it(name: str) -> No
     _, fresh = model.predict(np.zeros_like(obs))
     assert not np.allclose(carried, fresh)
     np.testing.assert_allclose(reset, fresh, atol=1e-6)
-    with pytest.raises(ValueError, match="state must be the memory"):
+    with pytest.raises(ValueError, match="state must be the memories"):
         model.predict(obs, np.zeros((2, 3)))
 
 

@@ -38,6 +38,7 @@ from unity_sb3.networks.memory import (
     DEFAULT_SEQUENCE_LENGTH,
     LSTMMemory,
     check_memory_settings,
+    predict_memories,
 )
 
 
@@ -203,16 +204,8 @@ class RecurrentPolicyMixin:
         self.set_training_mode(False)  # type: ignore[attr-defined]
         obs_tensor, vectorized_env = self.obs_to_tensor(observation)  # type: ignore[attr-defined]
         n = len(next(iter(obs_tensor.values())) if isinstance(obs_tensor, dict) else obs_tensor)
-        memories = (
-            np.zeros((n, self.memory_size), np.float32) if state is None else np.asarray(state, np.float32)
-        )
-        if memories.shape != (n, self.memory_size):
-            raise ValueError(
-                f"state must be the memory returned by the previous predict, shape ({n}, {self.memory_size}), "
-                f"got {memories.shape}."
-            )
-        if episode_start is not None:
-            memories = memories * (1.0 - np.asarray(episode_start, np.float32).reshape(n, 1))
+        memories, starts = predict_memories(state, episode_start, n, self.memory_size, self.actor.device)
+        memories = memories * (1.0 - starts.reshape(n, 1))
         with th.no_grad():
             actions, new_memories = self.act(obs_tensor, memories, action_masks, deterministic)
         env_actions = self.to_env_actions(actions.cpu().numpy())  # type: ignore[attr-defined]
