@@ -21,7 +21,7 @@ academy steps: a game not decided by then is a draw; ``unity_sb3.selfplay.matche
 ``unity-sb3 eval --opponent`` plays them). A game is won or lost as ML-Agents' ghost
 trainer reads it: the sign of the final reward plus the group reward.
 
-    python benchmarks/selfplay_soccer.py --seeds 0 1 2 --timesteps 60000 --jobs 3
+    python benchmarks/selfplay_soccer.py --seeds 0 1 2 --timesteps 300000 --fields 8 --ball-touch 1 --n-steps 128 --jobs 3
 
 Writes ``benchmarks/results/<name>.{json,png}`` (the ELO curves) and prints a table.
 """
