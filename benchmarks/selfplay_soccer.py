@@ -19,7 +19,11 @@ After training the final team (frozen, sampling its actions) plays ``--games`` g
 that acts uniformly at random, half on each side, with Unity's ``MaxEnvironmentSteps`` (5000
 academy steps: a game not decided by then is a draw; ``unity_sb3.selfplay.matches.play_matches``, as
 ``unity-sb3 eval --opponent`` plays them). A game is won or lost as ML-Agents' ghost
-trainer reads it: the sign of the final reward plus the group reward.
+trainer reads it: the sign of the final reward plus the group reward. ``--evals K`` also plays the
+current team (frozen, sampling) against a random team at ``K - 1`` evenly spaced points during training
+(same games, same seed as the final evaluation; printed as they come, so a run cut short still has
+them; the evaluations draw from torch's RNG, so a run with them is not step-for-step the run without),
+and ``--save-dir`` keeps the model at each of those points.
 
     python benchmarks/selfplay_soccer.py --seeds 0 1 2 --timesteps 300000 --fields 8 --ball-touch 1 --n-steps 128 --jobs 3
 
@@ -32,6 +36,7 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import print_table, write_results
@@ -40,10 +45,12 @@ from _selfplay import (
     EloRecorder,
     add_soccer_arguments,
     final_matches,
+    play_both_sides,
     policy_weights,
     scaled_self_play,
     soccer_poca,
 )
+from stable_baselines3.common.callbacks import BaseCallback
 
 RESULTS = Path(__file__).resolve().parent / "results"
 COLUMNS = (
@@ -66,6 +73,61 @@ def settings(timesteps: int) -> dict:
     return scaled_self_play(timesteps, snapshots=12, saves_per_team_change=4)
 
 
+class ProgressEvaluator(BaseCallback):
+    """Plays the current team (frozen, sampling) against a random team at ``evals - 1`` evenly spaced
+    points of a run of ``timesteps`` (``_selfplay.play_both_sides``, the final evaluation's games and
+    seed), prints each result at once and keeps it in ``rows``; saves the model there when ``prefix``
+    is given (``<prefix>_<steps>.zip``)."""
+
+    def __init__(
+        self,
+        self_play: Any,
+        spec: Any,
+        timesteps: int,
+        evals: int,
+        games: int,
+        seed: int,
+        arena: dict,
+        prefix: Path | None,
+        label: str,
+    ) -> None:
+        super().__init__()
+        self.self_play, self.spec, self.games, self.seed = self_play, spec, games, seed
+        self.arena, self.prefix, self.label = arena, prefix, label
+        self.points = [timesteps * k // evals for k in range(1, evals)]
+        self.rows: list[dict] = []
+        self._start = time.perf_counter()
+
+    def _on_step(self) -> bool:
+        if self.points and self.num_timesteps >= self.points[0]:
+            self.points.pop(0)
+            self.evaluate()
+        return True
+
+    def evaluate(self) -> None:
+        from unity_sb3.selfplay.matches import policy_player
+
+        steps = int(self.num_timesteps)
+        if self.prefix is not None:
+            self.prefix.parent.mkdir(parents=True, exist_ok=True)
+            self.model.save(f"{self.prefix}_{steps}")
+        player = policy_player(self.model, self.spec, weights=policy_weights(self.model), deterministic=False)
+        result = play_both_sides("SoccerTwos", player, "random", self.games, self.seed, **self.arena)
+        row = {
+            "steps": steps,
+            "ELO": float(self.self_play.elo),
+            "vs random": result["win_rate"],
+            "W/L/D": f"{result['wins']}/{result['losses']}/{result['draws']}",
+            "s": time.perf_counter() - self._start,
+        }
+        self.rows.append(row)
+        print(
+            f"{self.label} step {steps}: ELO {row['ELO']:.1f}, vs random {row['vs random']:.3f} "
+            f"({row['W/L/D']}), {row['s']:.0f} s",
+            flush=True,
+        )
+
+
 def run(
     seed: int,
     timesteps: int,
@@ -78,6 +140,8 @@ def run(
     eval_max_steps: int,
     early: float,
     threads: int,
+    evals: int = 1,
+    save_dir: str | None = None,
 ) -> dict:
     import torch as th
     from stable_baselines3.common.utils import set_random_seed
@@ -97,14 +161,20 @@ def run(
     self_play = SelfPlayCallback(unity, "SoccerTwos", settings(timesteps), seed=seed)
     model = soccer_poca(env, n_steps, learning_rate)
     recorder = EloRecorder(self_play, every=max(timesteps // 30, 1), snapshot_at=int(early * timesteps))
-    start = time.perf_counter()
-    model.learn(timesteps, callback=[self_play, recorder])
-    seconds = time.perf_counter() - start
     spec = view_spec(scene, "SoccerTwos")
+    arena = {"num_agents": EVAL_FIELDS, "max_steps": eval_max_steps}  # goals only: no ball_touch
+    prefix = None if save_dir is None else Path(save_dir) / f"selfplay_soccer_seed{seed}"
+    progress = ProgressEvaluator(
+        self_play, spec, timesteps, evals, games, 10_000 + 10 * seed, arena, prefix, label=f"seed {seed}"
+    )
+    start = time.perf_counter()
+    model.learn(timesteps, callback=[self_play, recorder, progress])
+    seconds = time.perf_counter() - start
+    if prefix is not None:
+        model.save(f"{prefix}_{model.num_timesteps}")
     final = policy_player(model, spec, weights=policy_weights(model), deterministic=False)
     earlier = policy_player(model, spec, weights=recorder.snapshot, deterministic=False)
     unity.close()
-    arena = {"num_agents": EVAL_FIELDS, "max_steps": eval_max_steps}  # goals only: no ball_touch
     matches = final_matches("SoccerTwos", final, earlier, games, 10_000 + 10 * seed, **arena)
     vs_random, vs_early, baseline = matches["random"], matches["early"], matches["random_vs_random"]
     return {
@@ -119,6 +189,7 @@ def run(
         "train s": seconds,
         "team changes": self_play.controller.team_changes,
         "elo_curve": recorder.points,
+        "progress": progress.rows,
         "matches": matches,
     }
 
@@ -134,6 +205,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
     add_soccer_arguments(parser)
     parser.add_argument("--early-fraction", type=float, default=0.2, help="when the earlier policy is kept")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per run")
+    parser.add_argument(
+        "--evals", type=int, default=1, help="evaluations against a random team, the last at the end"
+    )
+    parser.add_argument("--save-dir", default=None, help="keep the model at each evaluation here")
     parser.add_argument("--name", default="selfplay_soccer")
     args = parser.parse_args(argv)
     tasks = [
@@ -149,12 +224,17 @@ def main(argv: list[str] | None = None) -> list[dict]:
             args.eval_max_steps,
             args.early_fraction,
             args.threads,
+            args.evals,
+            args.save_dir,
         )
         for seed in args.seeds
     ]
     rows = run_tasks(run, tasks, args.jobs)
     title = f"SoccerTwos POCA + self-play, {args.timesteps} steps, {args.fields} fields, ball_touch {args.ball_touch}"
     print_table(rows, COLUMNS, title=title)
+    progress = [{"seed": row["seed"], **point} for row in rows for point in row["progress"]]
+    if progress:
+        print_table(progress, ("seed", "steps", "ELO", "vs random", "W/L/D", "s"), title="during training")
     window = max(args.timesteps // 30, 1)
     curves = {"ELO": [windowed_mean(row["elo_curve"], args.timesteps, window) for row in rows]}
     RESULTS.mkdir(parents=True, exist_ok=True)
