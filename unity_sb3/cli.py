@@ -64,7 +64,8 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
         "--algo",
         default=None,
         help=(
-            "ppo, sac, poca, a2c, td3, ddpg, dqn, maskable_ppo, recurrent_ppo, tqc, trpo"
+            "ppo, sac, poca, a2c, td3, ddpg, dqn, maskable_ppo, recurrent_ppo (sb3-contrib),"
+            " ppo_memory / poca_memory (with ML-Agents' memory), tqc, trpo"
             " (default: ppo; with --resume, the run's)"
         ),
     )
