@@ -25,6 +25,7 @@ from unity_sb3.scenes.hallway import (
     TURN_DEGREES,
     TURN_LEFT,
     TURN_RIGHT,
+    WALL,
     X_GOAL,
 )
 from unity_sb3.unity.errors import UnityConfigurationError
@@ -116,7 +117,8 @@ def test_rays_tag_the_shown_symbol_and_the_goals(selection, tag):
     scene._pos[0], scene._yaw[0] = (0.0, -5.0), 0.0  # the symbol 5 ahead
     rays = scene._observe(np.array([0]))[0].reshape(5, RAY_FEATURES)
     assert rays[0, tag] == 1.0 and rays[0, RAY_TAGS] == 0.0
-    assert rays[0, RAY_TAGS + 1] == pytest.approx((5.0 - 1.0) / 10.0)  # hit at the disc's edge / ray length
+    # the sphere cast (radius 0.5) touches the box's near face (0.5 deep) 1 unit early: 4 / ray length 12
+    assert rays[0, RAY_TAGS + 1] == pytest.approx((5.0 - 0.5 - 0.5) / 12.0)
     scene._pos[0] = (0.0, GOAL_Z - 8.0)
     scene._yaw[0] = 0.0  # the goals 8 ahead, at +-7 (41 degrees off): the 35 degree rays hit them
     rays = scene._observe(np.array([0]))[0].reshape(5, RAY_FEATURES)
@@ -125,13 +127,32 @@ def test_rays_tag_the_shown_symbol_and_the_goals(selection, tag):
     )  # right ray: X goal at +7; left ray: O goal at -7
 
 
+def test_rays_are_the_prefabs_sphere_casts():
+    """HallwayArea.prefab: rayLength 12, sphereCastRadius 0.5, the symbol a box 4 wide and 1 deep."""
+    scene = make_scene("Hallway", seed=0, num_agents=1)
+    scene.reset()
+    scene._selection[0], scene._symbol[0], scene._o_goal_x[0] = 0, (0.0, 0.0), GOAL_X
+
+    def ahead(x: float, z: float, yaw: float = 0.0) -> np.ndarray:
+        scene._pos[0], scene._yaw[0] = (x, z), yaw
+        return scene._observe(np.array([0]))[0].reshape(5, RAY_FEATURES)[0]
+
+    assert ahead(2.4, -6.0)[SYMBOL_O] == 1.0  # within the box's half width 2 + the sphere's 0.5
+    assert ahead(2.6, -6.0)[SYMBOL_O] == 0.0
+    assert ahead(0.0, -12.5)[SYMBOL_O] == 1.0  # near face at 0.5 + sphere 0.5: 11 away, within 12
+    assert ahead(0.0, -13.5)[RAY_TAGS] == 1.0  # 12 away: nothing within reach
+    wall = ahead(0.0, 0.0, yaw=90.0)  # facing +x: the wall at 10, touched by the sphere at 9.5
+    assert wall[WALL] == 1.0 and wall[RAY_TAGS + 1] == pytest.approx(9.5 / 12.0)
+
+
 def test_the_goal_end_shows_nothing_of_the_symbol():
     """Where the goals can be touched, the observation is the same whichever symbol was shown: no
     policy without memory can choose the right goal more often than half the time."""
     scene = make_scene("Hallway", seed=0, num_agents=400)
     scene.reset()
     rng = np.random.default_rng(0)
-    scene._pos[:] = np.stack([rng.uniform(-9, 9, 400), rng.uniform(15, 24, 400)], axis=1)
+    # a goal (z 22.29, radius 2) is touched from within 2.5 of its centre: z >= 19.79
+    scene._pos[:] = np.stack([rng.uniform(-9.5, 9.5, 400), rng.uniform(19.5, 24.5, 400)], axis=1)
     scene._yaw[:] = rng.uniform(0, 360, 400)
     idx = np.arange(400)
     scene._selection[:] = 0

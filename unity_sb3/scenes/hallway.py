@@ -9,13 +9,15 @@ symbol: +1 (``SetReward(1f)``) for the right goal, -0.1 for the wrong one, the e
 way; every academy step costs ``-1 / max_steps`` (``AddReward(-1f / MaxStep)`` in
 ``OnActionReceived``, which runs at every academy step because actions repeat between decisions).
 
-The rays reach ``RAY_LENGTH`` units: from where the goals can be touched the symbol is out of reach
-(and behind the agent), so the choice must be remembered from what was seen earlier.
+The rays reach ``RAY_LENGTH`` units (12, as HallwayArea.prefab): from where the goals can be touched
+the symbol is out of reach (and behind the agent), so the choice must be remembered from what was
+seen earlier.
 
 * Observations, sorted by sensor name as Unity sorts them:
 
-  - ``"RayPerceptionSensor"`` (35 floats): 5 rays (``raysPerDirection`` 2, ``maxRayDegrees`` 70; in
-    Unity's order: ahead, then right and left at 35 degrees, then at 70 degrees) of 7 floats each,
+  - ``"RayPerceptionSensor"`` (35 floats): 5 sphere casts (the prefab's ``raysPerDirection`` 2,
+    ``maxRayDegrees`` 70, ``sphereCastRadius`` 0.5, ``rayLength`` 12; in Unity's order: ahead, then
+    right and left at 35 degrees, then at 70 degrees) of 7 floats each,
     as ``RayPerceptionOutput``: a one-hot of the hit object's tag (``symbol_O_Goal``,
     ``symbol_X_Goal``, ``symbol_O``, ``symbol_X``, ``wall``), 1 if the ray hit nothing, and the hit
     distance / ``RAY_LENGTH`` (1 when nothing was hit);
@@ -28,9 +30,12 @@ The rays reach ``RAY_LENGTH`` units: from where the goals can be touched the sym
 
 Simplified from Unity: the agent moves kinematically, ``move_step`` units (default ``MOVE_STEP``) or ``TURN_DEGREES``
 (Unity's 150 degrees/s over a decision period of 6 physics steps of 0.02 s) per decision instead of
-a rigid body pushed by velocity changes; symbols and goals are discs of the rays' plane (the symbol
-is not an obstacle); the agent's body is a disc of ``AGENT_RADIUS`` and touches a goal when its disc
-meets the goal's.
+a rigid body pushed by velocity changes; the symbol is a box of the rays' plane, 4 x 1 as the
+prefab's, but not an obstacle; the goals are discs (the prefab's 4 x 4 pads); the agent's body is a
+disc of ``AGENT_RADIUS`` and touches a goal when its disc meets the goal's. Not re-created: the
+prefab stacks 3 observations of each sensor (``ObservationStacks`` 3, ``NumStackedVectorObservations``
+3); here each decision sees its own frame only (the symbol is seen ~10-20 decisions before the goal
+end, beyond any 3-frame stack).
 """
 
 from __future__ import annotations
@@ -59,11 +64,14 @@ RAY_FEATURES = RAY_TAGS + 2  # one-hot, "hit nothing", hit fraction
 #: Ray angles from the agent's forward direction (degrees, clockwise), in Unity's order.
 RAY_ANGLES = np.array([0.0, 35.0, -35.0, 70.0, -70.0])
 RAY_SIZE = len(RAY_ANGLES) * RAY_FEATURES
-RAY_LENGTH = 10.0
+#: HallwayArea.prefab's RayPerceptionSensor: ``m_RayLength`` 12, ``m_SphereCastRadius`` 0.5.
+RAY_LENGTH = 12.0
+RAY_RADIUS = 0.5
 #: The hallway: walls at x = +-HALF_WIDTH and z = +-HALF_LENGTH (Unity units, ground centre at 0).
 HALF_WIDTH, HALF_LENGTH = 10.0, 25.0
 AGENT_RADIUS = 0.5
-SYMBOL_RADIUS = 1.0
+#: The symbols are boxes 4 wide (x) and 1 deep (z) in the prefab (``Symbol_O`` / ``Symbol_X`` scale 4, 4, 1).
+SYMBOL_HALF_WIDTH, SYMBOL_HALF_DEPTH = 2.0, 0.5
 GOAL_RADIUS = 2.0
 GOAL_X, GOAL_Z = 7.0, 22.29
 MOVE_STEP = 1.0
@@ -71,19 +79,33 @@ TURN_DEGREES = 150.0 * 0.02 * 6
 RIGHT_REWARD, WRONG_REWARD = np.float32(1.0), np.float32(-0.1)
 
 
-def cast_rays(pos: np.ndarray, yaw: np.ndarray, objects: np.ndarray, tags: np.ndarray) -> np.ndarray:
+def cast_rays(
+    pos: np.ndarray,
+    yaw: np.ndarray,
+    objects: np.ndarray,
+    tags: np.ndarray,
+    boxes: np.ndarray | None = None,
+    box_tags: np.ndarray | None = None,
+) -> np.ndarray:
     """Ray observations of ``m`` agents: ``(m, 35)`` float32, ``RayPerceptionOutput`` per ray.
+
+    The rays are sphere casts of radius ``RAY_RADIUS`` (Unity's ``SphereCastRadius``): a disc is hit
+    where the ray passes within its radius + ``RAY_RADIUS``, a wall or a box ``RAY_RADIUS`` earlier
+    (boxes grow by ``RAY_RADIUS`` on each side: square corners where Unity's are rounded); the hit
+    fraction is the distance the sphere travelled / ``RAY_LENGTH``.
 
     :param pos: ``(m, 2)`` agent positions (x, z), Unity units.
     :param yaw: ``(m,)`` headings in degrees, clockwise from ``+z``.
     :param objects: ``(m, k, 3)`` discs the rays can hit: centre x, centre z, radius (radius <= 0 = absent).
     :param tags: ``(k,)`` tag index of each disc.
+    :param boxes: ``(m, b, 4)`` axis-aligned boxes: centre x, centre z, half width (x), half depth (z).
+    :param box_tags: ``(b,)`` tag index of each box.
     """
     m = len(pos)
     angle = np.radians(yaw[:, None] + RAY_ANGLES[None, :])  # (m, r)
     direction = np.stack([np.sin(angle), np.cos(angle)], axis=-1)  # (m, r, 2)
     with np.errstate(divide="ignore", invalid="ignore"):
-        bound = np.array([HALF_WIDTH, HALF_LENGTH])
+        bound = np.array([HALF_WIDTH, HALF_LENGTH]) - RAY_RADIUS
         to_wall = np.where(
             direction > 0,
             (bound - pos[:, None, :]) / direction,
@@ -93,13 +115,32 @@ def cast_rays(pos: np.ndarray, yaw: np.ndarray, objects: np.ndarray, tags: np.nd
     tag = np.full(dist.shape, WALL, dtype=np.int64)
     for j, kind in enumerate(tags):
         centre, radius = objects[:, j, :2], objects[:, j, 2]
+        reach = radius[:, None] + RAY_RADIUS
         rel = (centre - pos)[:, None, :]  # (m, 1, 2)
         along = (rel * direction).sum(axis=2)  # (m, r)
         gap2 = (rel**2).sum(axis=2) - along**2
-        inside = radius[:, None] ** 2 - gap2
+        inside = reach**2 - gap2
         hit_at = along - np.sqrt(np.maximum(inside, 0.0))
         hit = (radius[:, None] > 0) & (inside >= 0) & (hit_at > 0) & (hit_at < dist)
         dist = np.where(hit, hit_at, dist)
+        tag = np.where(hit, kind, tag)
+    for j, kind in enumerate([] if box_tags is None else box_tags):
+        assert boxes is not None
+        low = (boxes[:, j, :2] - boxes[:, j, 2:] - RAY_RADIUS - pos)[:, None, :]  # (m, 1, 2)
+        high = (boxes[:, j, :2] + boxes[:, j, 2:] + RAY_RADIUS - pos)[:, None, :]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            t_low, t_high = low / direction, high / direction  # (m, r, 2); +-inf along an axis ray
+        # a ray parallel to an axis stays inside that slab iff its start is inside
+        parallel = direction == 0
+        inside_slab = (low <= 0) & (high >= 0)
+        near = np.where(parallel, np.where(inside_slab, -np.inf, np.inf), np.minimum(t_low, t_high)).max(
+            axis=2
+        )
+        far = np.where(parallel, np.where(inside_slab, np.inf, -np.inf), np.maximum(t_low, t_high)).min(
+            axis=2
+        )
+        hit = (near <= far) & (near > 0) & (near < dist)
+        dist = np.where(hit, near, dist)
         tag = np.where(hit, kind, tag)
     seen = dist <= RAY_LENGTH
     out = np.zeros((m, len(RAY_ANGLES), RAY_FEATURES), dtype=np.float32)
@@ -218,21 +259,23 @@ class Hallway(GridScene):
         self._start(done)
 
     # ------------------------------------------------------------------ observations
-    def _objects(self, idx: np.ndarray) -> np.ndarray:
-        """``(m, 3, 3)`` discs (x, z, radius) of the O goal, the X goal and the shown symbol."""
-        goals = self._goals(idx)
-        discs = np.zeros((idx.size, 3, 3))
-        discs[:, :2, :2] = goals
-        discs[:, :2, 2] = GOAL_RADIUS
-        discs[:, 2, :2] = self._symbol[idx]
-        discs[:, 2, 2] = SYMBOL_RADIUS
-        return discs
+    def _objects(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(m, 2, 3)`` discs (x, z, radius) of the O goal and the X goal, ``(m, 1, 4)`` the shown
+        symbol's box (x, z, half width, half depth)."""
+        discs = np.zeros((idx.size, 2, 3))
+        discs[:, :, :2] = self._goals(idx)
+        discs[:, :, 2] = GOAL_RADIUS
+        boxes = np.zeros((idx.size, 1, 4))
+        boxes[:, 0, :2] = self._symbol[idx]
+        boxes[:, 0, 2:] = SYMBOL_HALF_WIDTH, SYMBOL_HALF_DEPTH
+        return discs, boxes
 
     def _observe(self, idx: np.ndarray) -> list[np.ndarray]:
-        objects = self._objects(idx)
+        discs, boxes = self._objects(idx)
+        goals = np.array([O_GOAL, X_GOAL])
         # the shown symbol's tag depends on the selection: cast once per tag, keep the right one
-        rays_o = cast_rays(self._pos[idx], self._yaw[idx], objects, np.array([O_GOAL, X_GOAL, SYMBOL_O]))
-        rays_x = cast_rays(self._pos[idx], self._yaw[idx], objects, np.array([O_GOAL, X_GOAL, SYMBOL_X]))
+        rays_o = cast_rays(self._pos[idx], self._yaw[idx], discs, goals, boxes, np.array([SYMBOL_O]))
+        rays_x = cast_rays(self._pos[idx], self._yaw[idx], discs, goals, boxes, np.array([SYMBOL_X]))
         rays = np.where((self._selection[idx] == 0)[:, None], rays_o, rays_x)
         steps = self._step_count[idx] / self.max_steps if self.max_steps > 0 else np.zeros(idx.size)
         return [rays, steps.astype(np.float32)[:, None]]
@@ -259,7 +302,7 @@ class Hallway(GridScene):
         idx = np.array([where[int(a)] for a in decision_steps.agent_id], dtype=np.intp)
         near = (
             np.linalg.norm(self._symbol[idx] - self._pos[idx], axis=1)
-            <= SYMBOL_RADIUS + AGENT_RADIUS + self.params["move_step"]
+            <= SYMBOL_HALF_WIDTH + AGENT_RADIUS + self.params["move_step"]
         )
         self._seen_symbol[idx] |= near
         goal = self._goals(idx)[np.arange(idx.size), self._selection[idx]]
