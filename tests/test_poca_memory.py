@@ -1,5 +1,6 @@
-"""POCA with memory: memories carried per slot, reset at episode starts, held by inactive slots,
-training sequences that replay acting exactly, save/load, and a group memory task learned."""
+"""POCA with memory: actor and critic memories carried per slot, reset at episode starts, held by
+inactive slots, training sequences that replay collection exactly, save/load, and a group memory
+task learned."""
 
 from __future__ import annotations
 
@@ -26,10 +27,40 @@ def _model(action: str = "discrete", sequence_length: int = 4, **policy_kwargs: 
     return RecurrentPOCA("MlpLstmPolicy", env, policy_kwargs=policy_kwargs, **SMALL)
 
 
-def _collect(model: RecurrentPOCA) -> None:
-    """One rollout without training."""
-    _, callback = model._setup_learn(model.n_steps * model.n_envs)
-    model.collect_rollouts(model.env, callback, model.rollout_buffer, model.n_steps)
+def _collect(model: RecurrentPOCA, rollouts: int = 1) -> list[dict[str, np.ndarray]]:
+    """``rollouts`` rollouts without training (the env reset once); each one's critic results and
+    memories, copied before the next rollout overwrites them."""
+    _, callback = model._setup_learn(rollouts * model.n_steps * model.n_envs)
+    kept = []
+    for _ in range(rollouts):
+        carried_in = model.rollout_buffer.critic_carry.copy()
+        model.collect_rollouts(model.env, callback, model.rollout_buffer, model.n_steps)
+        buffer = model.rollout_buffer
+        names = ("active", "values", "baselines", "value_memories", "baseline_memories", "critic_carry")
+        kept.append({"carried_in": carried_in, **{name: getattr(buffer, name).copy() for name in names}})
+    return kept
+
+
+def _replay(model: RecurrentPOCA) -> int:
+    """Check that every training minibatch of sequences replays the actor's log-probabilities and the
+    critic's values and baselines that collection computed; return the rows seen."""
+    n_rows = 0
+    for batch in model.rollout_buffer.get(model.batch_size):
+        assert batch.sequence_mask.shape[1] == model.policy.sequence_length
+        assert int(batch.sequence_mask.sum()) == batch.old_log_prob.shape[0]
+        actions = batch.actions
+        if isinstance(model.action_space, spaces.Discrete):
+            actions = actions.long().flatten()
+        elif isinstance(model.action_space, spaces.MultiDiscrete):
+            actions = actions.long()
+        with th.no_grad():
+            log_prob, _ = model.policy.evaluate_sequences(batch, actions)
+            values, baselines = model.policy.values_and_baselines_by_sequence(batch)
+        th.testing.assert_close(log_prob, batch.old_log_prob, atol=1e-4, rtol=1e-4)
+        th.testing.assert_close(values, batch.old_values, atol=1e-5, rtol=1e-5)
+        th.testing.assert_close(baselines, batch.old_baselines, atol=1e-5, rtol=1e-5)
+        n_rows += batch.old_log_prob.shape[0]
+    return n_rows
 
 
 def test_memory_advances_only_for_deciding_slots_and_resets_at_episode_starts():
@@ -61,21 +92,79 @@ def test_memory_advances_only_for_deciding_slots_and_resets_at_episode_starts():
 
 @pytest.mark.parametrize("action", ["discrete", "multidiscrete", "box"])
 @pytest.mark.parametrize("sequence_length", [1, 3, 16])
-def test_training_sequences_replay_the_log_probs_of_acting(action, sequence_length):
+def test_training_sequences_replay_the_log_probs_values_and_baselines_of_collection(action, sequence_length):
     model = _model(action, sequence_length)
     _collect(model)
+    # every active row once, no inactive row; the critic's unroll gives the stored V and b
+    assert _replay(model) == int(model.rollout_buffer.active.sum())
+    # the next rollout's critic pass starts from the memories carried out of this one
+    _, callback = model._setup_learn(model.n_steps * model.n_envs, reset_num_timesteps=False)
+    model.collect_rollouts(model.env, callback, model.rollout_buffer, model.n_steps)
+    assert _replay(model) == int(model.rollout_buffer.active.sum())
+
+
+def test_critic_memories_are_carried_across_rollouts_and_reset_at_episode_starts():
+    model = _model(sequence_length=16)
+    first, second = _collect(model, rollouts=2)
     buffer = model.rollout_buffer
-    n_rows = 0
-    for batch in buffer.get(model.batch_size):
-        assert batch.sequence_mask.shape[1] == sequence_length
-        assert int(batch.sequence_mask.sum()) == batch.old_log_prob.shape[0]
-        actions = batch.actions.long().flatten() if action == "discrete" else batch.actions
-        actions = actions.long() if action == "multidiscrete" else actions
-        with th.no_grad():
-            log_prob, _ = model.policy.evaluate_sequences(batch, actions)
-        th.testing.assert_close(log_prob, batch.old_log_prob, atol=1e-4, rtol=1e-4)
-        n_rows += batch.old_log_prob.shape[0]
-    assert n_rows == int(buffer.active.sum())  # every active row once, no inactive row
+    # the first rollout starts from zero critic memories, the second from what the first carried out
+    assert not first["carried_in"].any()
+    np.testing.assert_array_equal(second["carried_in"], first["critic_carry"])
+    assert np.abs(first["critic_carry"]).sum() > 0
+    for kept in (first, second):
+        rows, cols = np.nonzero(kept["active"])
+        assert np.abs(kept["value_memories"][rows[rows > 0], cols[rows > 0]]).sum() > 0
+        # V and baseline are two memories through one LSTM: they differ once groupmates act
+        assert not np.allclose(kept["value_memories"][rows, cols], kept["baseline_memories"][rows, cols])
+    # each slot's first stored memories of the second rollout are the carried ones
+    for slot in range(model.n_envs):
+        first_row = np.flatnonzero(second["active"][:, slot])[0]
+        np.testing.assert_array_equal(
+            second["value_memories"][first_row, slot], second["carried_in"][slot, 0]
+        )
+        np.testing.assert_array_equal(
+            second["baseline_memories"][first_row, slot], second["carried_in"][slot, 1]
+        )
+    # where an episode started since the slot's previous decision, V and b come from zero memories
+    flags = buffer.decision_episode_starts()
+    rows, cols = np.nonzero(flags & buffer.active)
+    carried = np.abs(buffer.value_memories[rows, cols]).sum(axis=1) > 0
+    assert carried.any(), "no reset with a nonzero memory before it: the test would prove nothing"
+    sample = buffer._gather(rows * buffer.n_envs + cols)
+    with th.no_grad():
+        encoding, count = model.policy.critic_encodings(
+            sample.observations, sample.mate_observations, sample.mate_actions, sample.mate_mask
+        )
+        zero = model.policy.critic.memory.initial_memories(2 * rows.size)
+        out, _ = model.policy.critic.memory(encoding.flatten(0, 1).unsqueeze(1), zero)
+        from_zero = model.policy.critic.read_out(out[:, 0], count.flatten(0, 1)).reshape(2, -1).numpy()
+    np.testing.assert_allclose(buffer.values[rows, cols], from_zero[0], atol=1e-5)
+    np.testing.assert_allclose(buffer.baselines[rows, cols], from_zero[1], atol=1e-5)
+    # the memory carried out of a rollout is zero where an episode starts after the slot's last decision
+    ended = buffer.started_after_last_decision()
+    assert ended.any()
+    assert not buffer.critic_carry[ended].any() and np.abs(buffer.critic_carry[~ended]).sum(axis=(1, 2)).all()
+    # an env reset forgets them
+    model._setup_learn(1)
+    assert not model.rollout_buffer.critic_carry.any()
+
+
+def test_critic_memory_is_saved_and_its_plain_passes_refuse_to_run_without_memories(tmp_path):
+    model = _model(sequence_length=3).learn(64)
+    _collect(model)
+    batch = next(model.rollout_buffer.get(model.batch_size))
+    model.save(tmp_path / "critic.zip")
+    loaded = RecurrentPOCA.load(tmp_path / "critic.zip")
+    assert "critic.memory.lstm.weight_hh_l0" in loaded.policy.state_dict()
+    with th.no_grad():
+        expected = model.policy.values_and_baselines_by_sequence(batch)
+        got = loaded.policy.values_and_baselines_by_sequence(batch)
+    for want, have in zip(expected, got):
+        th.testing.assert_close(have, want)
+    with pytest.raises(RuntimeError, match="has memory"):
+        model.policy.predict_values_and_baselines(
+            batch.observations, batch.mate_observations, batch.mate_actions, batch.mate_mask
+        )
 
 
 def test_predict_carries_memory_and_episode_start_resets_it(tmp_path):
@@ -233,7 +322,9 @@ def test_poca_yaml_memory_maps_onto_recurrent_poca_with_both_settings_honoured()
     run = convert_mlagents_config(_dungeon_escape_with_memory({"memory_size": 32, "sequence_length": 8}))
     assert run.algo == "poca_memory"
     assert run.hyperparams["policy_kwargs"].endswith("memory_size=32, sequence_length=8)")
-    assert not [row.source for row in run.unhonored if "memory" in row.source]
+    assert not [row.source for row in run.unhonored if "memory" in row.source or "critic" in row.note]
+    table = run.table()
+    assert "centralised critic after its attention" in table and "critic has no memory" not in table
 
 
 @pytest.mark.slow

@@ -329,14 +329,15 @@ def _map_memory(m: _Mapper, memory: Mapping[str, Any], size: int, recurrent: boo
             "network_settings.memory.memory_size",
             size,
             f"poca_memory (unity_sb3.RecurrentPOCA, ...LstmPolicy), policy_kwargs memory_size={size}",
-            "an LSTM of memory_size/2 units between the shared actor's layers and its actions; "
-            "the centralised critic has no memory (ML-Agents' critic has its own)",
+            "an LSTM of memory_size/2 units between the shared actor's layers and its actions, and "
+            "one in the centralised critic after its attention (V and baseline memories per agent)",
         )
         m.row(
             "network_settings.memory.sequence_length",
             mem["sequence_length"],
             f"policy_kwargs sequence_length={mem['sequence_length']}",
-            "each agent's decisions cut into sequences, each unrolled from the memory stored while acting",
+            "each agent's decisions cut into sequences, each unrolled from the actor and critic memories "
+            "stored at its first step",
         )
         return
     if not recurrent:

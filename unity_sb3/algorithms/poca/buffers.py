@@ -500,17 +500,10 @@ class POCARolloutBuffer(RolloutBuffer):
         :param last_group_keys: (n_envs,) int.
         :param batch_size: rows per critic forward pass.
         """
-        n, m = self.buffer_size, self.n_envs
+        n = self.buffer_size
         last_rows = transition_owners(self.active, self.dones, self.waiting_alive)
         self.mates, self.mate_rows = group_mates(self.active, self.group_keys, last_rows, self.waiting_keys)
-        rows, cols = np.nonzero(self.active)
-        for start in range(0, rows.size, batch_size):
-            r, c = rows[start : start + batch_size], cols[start : start + batch_size]
-            sample = self._gather(r * m + c)
-            values, baselines = policy.predict_values_and_baselines(
-                sample.observations, sample.mate_observations, sample.mate_actions, sample.mate_mask
-            )
-            self.values[r, c], self.baselines[r, c] = values.cpu().numpy(), baselines.cpu().numpy()
+        self._compute_values_and_baselines(policy, batch_size)
 
         # V of each truncated group's terminal observations (falls back to the decision's V).
         owner = transition_owners(self.active, self.dones)
@@ -530,7 +523,7 @@ class POCARolloutBuffer(RolloutBuffer):
                 else:
                     group_obs = self._to_group_obs(present, np.arange(len(present))[None, :])
                     mask = th.ones((1, len(present)), dtype=th.bool, device=self.device)
-                    value = policy.predict_group_values(group_obs, mask).item()
+                    value = self._ended_group_values(policy, group_obs, mask, owner[t, members], members)
                 self.terminal_values[t, members] = value
 
         last_active = np.asarray(last_active, dtype=bool)
@@ -609,8 +602,37 @@ class POCARolloutBuffer(RolloutBuffer):
             index_array[r, : len(row)] = row
         group_obs = self._to_group_obs(obs_list, index_array)
         mask = th.as_tensor(index_array >= 0, device=self.device)
-        last_values[last_active] = policy.predict_group_values(group_obs, mask).cpu().numpy()
+        last_values[last_active] = self._next_group_values(
+            policy, group_obs, mask, np.flatnonzero(last_active)
+        )
         return last_values
+
+    # ------------------------------------------------ critic passes (a memory variant's hooks)
+
+    def _compute_values_and_baselines(self, policy: Any, batch_size: int) -> None:
+        """Fill ``values`` and ``baselines`` at the active rows, ``batch_size`` rows per critic pass."""
+        m = self.n_envs
+        rows, cols = np.nonzero(self.active)
+        for start in range(0, rows.size, batch_size):
+            r, c = rows[start : start + batch_size], cols[start : start + batch_size]
+            sample = self._gather(r * m + c)
+            values, baselines = policy.predict_values_and_baselines(
+                sample.observations, sample.mate_observations, sample.mate_actions, sample.mate_mask
+            )
+            self.values[r, c], self.baselines[r, c] = values.cpu().numpy(), baselines.cpu().numpy()
+
+    def _ended_group_values(
+        self, policy: Any, group_obs: Any, mask: th.Tensor, rows: np.ndarray, members: np.ndarray
+    ) -> Any:
+        """V of one ended group's terminal observations (batch 1), for its ``members``, whose last
+        decisions were at ``rows``: one value for all of them."""
+        return policy.predict_group_values(group_obs, mask).item()
+
+    def _next_group_values(
+        self, policy: Any, group_obs: Any, mask: th.Tensor, slots: np.ndarray
+    ) -> np.ndarray:
+        """V of the groups of the slots deciding at the observation after the rollout (one row each)."""
+        return policy.predict_group_values(group_obs, mask).cpu().numpy()
 
     # --------------------------------------------------------------- sampling
 

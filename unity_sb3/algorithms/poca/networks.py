@@ -9,12 +9,19 @@ serve groups of any size. Two entity encoders share that body (as in ML-Agents'
 - ``value``: every member encoded from its observation only -> V(group observations);
 - ``baseline``: the agent itself from its observation, each groupmate from its observation
   *and action* -> b(own observation, groupmates' observations and actions).
+
+:class:`RecurrentGroupCriticBody` (POCA with memory) adds ML-Agents' critic LSTM between the pooling
+and the head.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch as th
 from torch import nn
+
+from unity_sb3.networks.memory import LSTMMemory
 
 
 class ResidualSelfAttention(nn.Module):
@@ -84,23 +91,26 @@ class GroupCriticBody(nn.Module):
             nn.Linear(features_dim + action_dim, embed_dim), activation_fn()
         )
         self.attention = ResidualSelfAttention(embed_dim, n_heads)
-        layers: list[nn.Module] = []
-        last = embed_dim + 1  # + the (scaled) number of members, as ML-Agents feeds it
-        for width in net_arch:
-            layers += [nn.Linear(last, width), activation_fn()]
-            last = width
-        layers.append(nn.Linear(last, 1))
-        self.head = nn.Sequential(*layers)
+        # + the (scaled) number of members, as ML-Agents feeds it
+        self.head = value_head(embed_dim + 1, net_arch, activation_fn)
         # Largest number of entities seen so far; scales the member count input. Saved with the model.
         self.register_buffer("max_entities", th.ones(()))
 
-    def _pool(self, entities: th.Tensor, mask: th.Tensor) -> th.Tensor:
+    def embed(self, entities: th.Tensor, mask: th.Tensor) -> tuple[th.Tensor, th.Tensor]:
+        """Attention-pooled encoding (batch, embed_dim) of entity sets and their member counts
+        (batch, 1); updates the largest count seen."""
         count = mask.sum(dim=1, keepdim=True).to(entities.dtype)
         if count.numel() > 0:
             with th.no_grad():
                 self.max_entities.copy_(th.maximum(self.max_entities, count.max()))
-        pooled = self.attention(entities, mask)
-        return self.head(th.cat([pooled, count / self.max_entities], dim=1)).squeeze(-1)
+        return self.attention(entities, mask), count
+
+    def read_out(self, encoding: th.Tensor, count: th.Tensor) -> th.Tensor:
+        """The head's scalar (batch,) from an encoding and the member count (scaled by the largest seen)."""
+        return self.head(th.cat([encoding, count / self.max_entities], dim=1)).squeeze(-1)
+
+    def _pool(self, entities: th.Tensor, mask: th.Tensor) -> th.Tensor:
+        return self.read_out(*self.embed(entities, mask))
 
     def value(self, member_features: th.Tensor, member_mask: th.Tensor) -> th.Tensor:
         """V(group): every present member encoded from its observation only.
@@ -147,12 +157,81 @@ class GroupCriticBody(nn.Module):
         :param member_mask: True for present members, shape (batch, 1 + n_mates); column 0 is True.
         :return: ``(values, baselines)``, shape (batch,) each.
         """
+        entities, mask = self.value_and_baseline_entities(member_features, mate_actions, member_mask)
+        pooled = self._pool(entities, mask)
+        batch = member_features.shape[0]
+        if entities.shape[0] == batch:  # no groupmates: b = V
+            return pooled, pooled
+        return pooled[:batch], pooled[batch:]
+
+    def value_and_baseline_entities(
+        self, member_features: th.Tensor, mate_actions: th.Tensor, member_mask: th.Tensor
+    ) -> tuple[th.Tensor, th.Tensor]:
+        """Entity embeddings and masks of V's sets (rows ``:batch``) then the baseline's (rows
+        ``batch:``); with no groupmates the baseline's entities are V's and only V's are returned.
+
+        :param member_features: as in :meth:`value_and_baseline`.
+        :param mate_actions: as in :meth:`value_and_baseline`.
+        :param member_mask: as in :meth:`value_and_baseline`.
+        :return: entities (2 * batch or batch, 1 + n_mates, embed_dim) and their mask.
+        """
         observed = self.obs_encoder(member_features)
-        if member_features.shape[1] == 1:  # no groupmates: b's entities are V's, so b = V
-            values = self._pool(observed, member_mask)
-            return values, values
+        if member_features.shape[1] == 1:
+            return observed, member_mask
         mates = self.obs_action_encoder(th.cat([member_features[:, 1:], mate_actions], dim=-1))
         entities = th.cat([observed, th.cat([observed[:, :1], mates], dim=1)], dim=0)
-        pooled = self._pool(entities, th.cat([member_mask, member_mask], dim=0))
-        batch = member_features.shape[0]
-        return pooled[:batch], pooled[batch:]
+        return entities, th.cat([member_mask, member_mask], dim=0)
+
+
+class RecurrentGroupCriticBody(GroupCriticBody):
+    """:class:`GroupCriticBody` with ML-Agents' critic memory: an LSTM between the attention pooling
+    and the head (ML-Agents' ``MultiAgentNetworkBody``: attention, then its LSTM, then the value head).
+
+    V and the baseline run through the same LSTM, each from its own memory per agent (ML-Agents'
+    ``critic_memory`` and ``baseline_memory``); the memories are passed in and returned, never kept.
+    The member count joins after the LSTM, as in ML-Agents.
+
+    :param memory_size: floats of memory per stream (hidden + cell state), even.
+    :param kwargs: :class:`GroupCriticBody`'s other arguments.
+    """
+
+    def __init__(
+        self,
+        features_dim: int,
+        action_dim: int,
+        memory_size: int,
+        embed_dim: int = 128,
+        n_heads: int = 4,
+        net_arch: list[int] | None = None,
+        activation_fn: type[nn.Module] = nn.ReLU,
+    ) -> None:
+        super().__init__(features_dim, action_dim, embed_dim, n_heads, net_arch, activation_fn)
+        self.memory = LSTMMemory(embed_dim, memory_size)
+        net_arch = [128, 128] if net_arch is None else list(net_arch)
+        self.head = value_head(self.memory.hidden_size + 1, net_arch, activation_fn)
+
+    def value(self, *args: Any, **kwargs: Any) -> th.Tensor:
+        raise RuntimeError(_NEEDS_MEMORIES)
+
+    def baseline(self, *args: Any, **kwargs: Any) -> th.Tensor:
+        raise RuntimeError(_NEEDS_MEMORIES)
+
+    def value_and_baseline(self, *args: Any, **kwargs: Any) -> tuple[th.Tensor, th.Tensor]:
+        raise RuntimeError(_NEEDS_MEMORIES)
+
+
+_NEEDS_MEMORIES = (
+    "this critic has memory: its values come from RecurrentPOCAPolicy.step_group_values (one step "
+    "from given memories) or values_and_baselines_by_sequence (a minibatch of sequences)."
+)
+
+
+def value_head(input_dim: int, net_arch: list[int], activation_fn: type[nn.Module]) -> nn.Sequential:
+    """The critic's MLP head: ``net_arch`` hidden layers, then one output."""
+    layers: list[nn.Module] = []
+    last = input_dim
+    for width in net_arch:
+        layers += [nn.Linear(last, width), activation_fn()]
+        last = width
+    layers.append(nn.Linear(last, 1))
+    return nn.Sequential(*layers)

@@ -435,6 +435,12 @@ class POCA(OnPolicyAlgorithm):
         """Log-probabilities and entropies of a minibatch's actions under the current actor."""
         return self.policy.evaluate_actions(batch.observations, actions, action_masks=batch.action_masks)
 
+    def _values_and_baselines(self, batch: Any) -> tuple[th.Tensor, th.Tensor]:
+        """V of each minibatch row's group and its agent's baseline under the current critic."""
+        return self.policy.predict_values_and_baselines(
+            batch.observations, batch.mate_observations, batch.mate_actions, batch.mate_mask
+        )
+
     def train(self) -> None:
         """PPO-style update: clipped surrogate on ``G - b``, clipped value and baseline losses, entropy bonus."""
         self.policy.set_training_mode(True)
@@ -459,9 +465,7 @@ class POCA(OnPolicyAlgorithm):
                 elif isinstance(self.action_space, spaces.MultiDiscrete):
                     actions = actions.long()
                 log_prob, entropy = self._evaluate_actions(batch, actions)
-                values, baselines = self.policy.predict_values_and_baselines(
-                    batch.observations, batch.mate_observations, batch.mate_actions, batch.mate_mask
-                )
+                values, baselines = self._values_and_baselines(batch)
                 advantages = batch.advantages
                 ratio = th.exp(log_prob - batch.old_log_prob)
                 policy_loss = -th.min(

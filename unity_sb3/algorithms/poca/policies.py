@@ -134,13 +134,7 @@ class POCAPolicy(BasePolicy):
             self.action_dist = make_masked_proba_distribution(action_space)
             self.action_net = self.action_dist.proba_distribution_net(latent_dim)
 
-        self.critic = GroupCriticBody(
-            self.critic_features_extractor.features_dim,
-            self.encoded_action_dim,
-            embed_dim=critic_embed_dim,
-            n_heads=critic_n_heads,
-            net_arch=critic_net_arch,
-        )
+        self.critic = self._make_critic()
 
         if ortho_init:
             gains = {self.features_extractor: np.sqrt(2), self.actor_net: np.sqrt(2), self.action_net: 0.01}
@@ -148,6 +142,16 @@ class POCAPolicy(BasePolicy):
                 module.apply(partial(self.init_weights, gain=gain))
 
         self.optimizer = self.optimizer_class(self.parameters(), lr=lr_schedule(1), **self.optimizer_kwargs)
+
+    def _make_critic(self) -> GroupCriticBody:
+        """The centralised critic's body (a memory policy gives it an LSTM)."""
+        return GroupCriticBody(
+            self.critic_features_extractor.features_dim,
+            self.encoded_action_dim,
+            embed_dim=self.critic_embed_dim,
+            n_heads=self.critic_n_heads,
+            net_arch=self.critic_net_arch,
+        )
 
     def _get_constructor_parameters(self) -> dict[str, Any]:
         data = super()._get_constructor_parameters()
@@ -350,6 +354,17 @@ class POCAPolicy(BasePolicy):
         :param mate_mask: True for present groupmates, shape (batch, n_mates).
         :return: ``(values, baselines)``, shape (batch,) each.
         """
+        members, member_mask = self._group_of(own_obs, mate_obs, mate_mask)
+        return self.critic.value_and_baseline(
+            self._member_features(members), self.encode_actions(mate_actions), member_mask
+        )
+
+    @staticmethod
+    def _group_of(
+        own_obs: PyTorchObs, mate_obs: GroupObs, mate_mask: th.Tensor
+    ) -> tuple[GroupObs, th.Tensor]:
+        """Each row's agent first, then its groupmates: observations (batch, 1 + n_mates, ...) and
+        the presence mask (batch, 1 + n_mates), column 0 True."""
         if isinstance(own_obs, dict):
             assert isinstance(mate_obs, dict)
             members: GroupObs = {
@@ -359,10 +374,7 @@ class POCAPolicy(BasePolicy):
             assert isinstance(mate_obs, th.Tensor)
             members = th.cat([own_obs.unsqueeze(1), mate_obs], dim=1)
         own_mask = th.ones((mate_mask.shape[0], 1), dtype=th.bool, device=mate_mask.device)
-        member_mask = th.cat([own_mask, mate_mask.bool()], dim=1)
-        return self.critic.value_and_baseline(
-            self._member_features(members), self.encode_actions(mate_actions), member_mask
-        )
+        return members, th.cat([own_mask, mate_mask.bool()], dim=1)
 
 
 class POCACnnPolicy(POCAPolicy):

@@ -1,24 +1,27 @@
-"""MA-POCA with memory: an LSTM in the shared actor, as ML-Agents' POCA builds it with
-``network_settings.memory``.
+"""MA-POCA with memory: an LSTM in the shared actor and one in the centralised critic, as
+ML-Agents' POCA builds them with ``network_settings.memory``.
 
-ML-Agents (``trainers/poca/trainer.py``, ``torch_entities/networks.py``) puts the LSTM after the
-actor's body (encoders and hidden layers) and feeds its output to the action model. Each agent's
-memory is stored with every step it decides; training cuts each agent's trajectory into chunks of
-``sequence_length`` steps, each unrolled from the memory stored at its first step. Here:
+ML-Agents (``trainers/poca/optimizer_torch.py``, ``torch_entities/networks.py``) puts the actor's LSTM
+after its body (encoders and hidden layers) and feeds its output to the action model; the critic
+(``POCAValueNetwork`` on a ``MultiAgentNetworkBody``) has its own LSTM after the attention over the
+group, through which V and the baseline each run from their own memory per agent (``critic_memory``
+and ``baseline_memory``). Each agent's memories are stored with every step it decides; training
+cuts each agent's trajectory into chunks of ``sequence_length`` steps, each unrolled from the
+memories stored at its first step. Here:
 
-- a slot's memory advances only at steps where it holds a deciding agent (an inactive slot, a dead
-  groupmate or an agent between decisions, keeps its memory), and is zeroed where an episode starts;
+- the actor's memory advances only at steps where the slot holds a deciding agent (an inactive
+  slot, a dead groupmate or an agent between decisions keeps its memory), and is zeroed where an
+  episode starts;
+- the critic's memories follow the same rule, stepped through each slot's decisions once the
+  rollout is in (:mod:`.recurrent_buffers`), carried across rollouts;
 - training sequences are cut from each slot's *active* rows, in time order (inactive rows are not
   part of the agent's trajectory), each with the flag "an episode started since the previous
-  decision" so the unroll resets where acting did;
-- the centralised critic (value and baseline) has no memory: ML-Agents' critic memories are not
-  re-created (see docs/DECISIONS.md, "POCA with memory").
+  decision" so the actor's and the critic's unrolls reset where acting and the critic pass did.
 """
 
 from __future__ import annotations
 
-from collections.abc import Generator
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar
 
 import numpy as np
 import torch as th
@@ -30,9 +33,10 @@ from stable_baselines3.common.type_aliases import MaybeCallback, PyTorchObs
 from stable_baselines3.common.vec_env import VecEnv
 
 from unity_sb3.algorithms.distributions import HybridDistribution
-from unity_sb3.algorithms.poca.buffers import POCARolloutBuffer
+from unity_sb3.algorithms.poca.networks import RecurrentGroupCriticBody
 from unity_sb3.algorithms.poca.poca import POCA
-from unity_sb3.algorithms.poca.policies import POCAPolicy
+from unity_sb3.algorithms.poca.policies import GroupObs, POCAPolicy
+from unity_sb3.algorithms.poca.recurrent_buffers import RecurrentPOCARolloutBuffer, RecurrentPOCASamples
 from unity_sb3.networks.memory import (
     DEFAULT_MEMORY_SIZE,
     DEFAULT_SEQUENCE_LENGTH,
@@ -41,99 +45,52 @@ from unity_sb3.networks.memory import (
 )
 
 
-class RecurrentPOCASamples(NamedTuple):
-    """:class:`~unity_sb3.algorithms.poca.buffers.POCARolloutBufferSamples`' fields over the real
-    steps of a minibatch of sequences (sequence after sequence, in time order), plus what the
-    actor's LSTM needs to unroll them."""
+def unroll_sequences(
+    memory: LSTMMemory,
+    latent: th.Tensor,
+    memories: th.Tensor,
+    episode_starts: th.Tensor,
+    sequence_mask: th.Tensor,
+) -> tuple[th.Tensor, th.Tensor]:
+    """Unroll ``memory`` over sequences given as their real steps.
 
-    observations: th.Tensor | dict[str, th.Tensor]
-    actions: th.Tensor
-    old_values: th.Tensor
-    old_baselines: th.Tensor
-    old_log_prob: th.Tensor
-    advantages: th.Tensor
-    returns: th.Tensor
-    action_masks: th.Tensor | None
-    mate_observations: th.Tensor | dict[str, th.Tensor]
-    mate_actions: th.Tensor
-    mate_mask: th.Tensor
-    memories: th.Tensor  # (n_sequences, memory_size): stored memory before each sequence
-    episode_starts: th.Tensor  # (n_steps,) 1.0 where an episode started since the previous decision
-    sequence_mask: th.Tensor  # (n_sequences, sequence_length) bool, True at real steps
-
-
-class RecurrentPOCARolloutBuffer(POCARolloutBuffer):
-    """:class:`POCARolloutBuffer` that also stores each slot's actor memory per step and yields
-    minibatches of ``sequence_length``-step sequences of each slot's active rows.
-
-    :param memory_size: floats of memory per agent.
-    :param sequence_length: steps per training sequence.
-    :param kwargs: :class:`POCARolloutBuffer`'s arguments.
+    :param memory: the LSTM block.
+    :param latent: the real steps' inputs, sequence after sequence, shape (n_steps, input_size).
+    :param memories: (n_sequences, memory_size), the memory before each sequence.
+    :param episode_starts: (n_steps,) nonzero where the memory is zeroed before the step.
+    :param sequence_mask: (n_sequences, sequence_length) bool, True at real steps (a prefix).
+    :return: LSTM outputs (n_steps, memory_size // 2) and memories (n_sequences, memory_size)
+        after each sequence's last real step.
     """
-
-    def __init__(self, *args: Any, memory_size: int, sequence_length: int, **kwargs: Any) -> None:
-        check_memory_settings(memory_size, sequence_length)
-        self.memory_size = memory_size
-        self.sequence_length = sequence_length
-        super().__init__(*args, **kwargs)
-
-    def reset(self) -> None:
-        super().reset()
-        self.memories = np.zeros((self.buffer_size, self.n_envs, self.memory_size), dtype=np.float32)
-
-    def decision_episode_starts(self) -> np.ndarray:
-        """(n_steps, n_envs) bool: at active rows, an episode started at this step or at one of the
-        slot's inactive steps since its previous decision in the rollout (the memory was zeroed)."""
-        counts = np.cumsum(self.episode_starts > 0, axis=0)
-        flags = np.zeros_like(self.active)
-        for slot in range(self.n_envs):
-            rows = np.flatnonzero(self.active[:, slot])
-            before = np.concatenate([[0], counts[rows[:-1], slot]]) if rows.size else rows
-            flags[rows, slot] = counts[rows, slot] > before
-        return flags
-
-    def sequences(self) -> list[np.ndarray]:
-        """Each slot's active rows cut into chunks of at most ``sequence_length`` steps, as flat
-        indices ``t * n_envs + i`` in time order."""
-        chunks = []
-        for slot in range(self.n_envs):
-            flat = np.flatnonzero(self.active[:, slot]) * self.n_envs + slot
-            chunks += [
-                flat[start : start + self.sequence_length]
-                for start in range(0, flat.size, self.sequence_length)
-            ]
-        return chunks
-
-    def get(self, batch_size: int | None = None) -> Generator[RecurrentPOCASamples, None, None]:  # type: ignore[override]
-        """Shuffled minibatches of whole sequences, about ``batch_size`` steps each (at least one
-        sequence), as ML-Agents' ``batch_size // sequence_length`` sequences per minibatch."""
-        assert self.full, "the rollout buffer is not full yet"
-        chunks = self.sequences()
-        flags = self.decision_episode_starts().reshape(-1)
-        memories = self.memories.reshape(-1, self.memory_size)
-        per_batch = len(chunks) if batch_size is None else max(1, batch_size // self.sequence_length)
-        order = np.random.permutation(len(chunks))
-        for start in range(0, len(chunks), per_batch):
-            batch = [chunks[k] for k in order[start : start + per_batch]]
-            flat = np.concatenate(batch)
-            lengths = np.array([chunk.size for chunk in batch])
-            mask = np.arange(self.sequence_length)[None, :] < lengths[:, None]
-            yield RecurrentPOCASamples(
-                *self._gather(flat),
-                memories=self.to_torch(memories[[chunk[0] for chunk in batch]]),
-                episode_starts=self.to_torch(flags[flat].astype(np.float32)),
-                sequence_mask=th.as_tensor(mask, device=self.device),
-            )
+    padded = latent.new_zeros((*sequence_mask.shape, latent.shape[-1]))
+    padded[sequence_mask] = latent
+    starts = latent.new_zeros(sequence_mask.shape)
+    starts[sequence_mask] = episode_starts.to(latent.dtype)
+    if sequence_mask.all():
+        outputs, memories = memory(padded, memories, starts)
+        return outputs[sequence_mask], memories
+    # sequences of different lengths: unroll each length group so padding never enters a memory
+    outputs = padded.new_zeros((*sequence_mask.shape, memory.hidden_size))
+    final = memories.clone()
+    lengths = sequence_mask.sum(dim=1)
+    for length in lengths.unique().tolist():
+        rows = lengths == length
+        out, final[rows] = memory(padded[rows, :length], memories[rows], starts[rows, :length])
+        outputs[rows, :length] = out
+    return outputs[sequence_mask], final
 
 
 class RecurrentPOCAPolicy(POCAPolicy):
-    """:class:`POCAPolicy` whose actor has ML-Agents' LSTM memory between its hidden layers and the
-    action distribution.
+    """:class:`POCAPolicy` with ML-Agents' LSTM memory in the actor (between its hidden layers and the
+    action distribution) and in the centralised critic (between the attention pooling and the head).
 
     :param memory_size: floats of memory per agent (hidden + cell state), even; ML-Agents' default 128.
+        The actor and each of the critic's two streams (V, baseline) have that much.
     :param sequence_length: steps per training sequence (BPTT length); ML-Agents' default 64.
     :param kwargs: :class:`POCAPolicy`'s arguments (``net_arch`` must have at least one layer).
     """
+
+    critic: RecurrentGroupCriticBody
 
     def __init__(
         self,
@@ -163,6 +120,16 @@ class RecurrentPOCAPolicy(POCAPolicy):
         learning_rate = self.optimizer.param_groups[0]["lr"]
         self.optimizer = self.optimizer_class(self.parameters(), lr=learning_rate, **self.optimizer_kwargs)
 
+    def _make_critic(self) -> RecurrentGroupCriticBody:
+        return RecurrentGroupCriticBody(
+            self.critic_features_extractor.features_dim,
+            self.encoded_action_dim,
+            memory_size=self.memory_size,
+            embed_dim=self.critic_embed_dim,
+            n_heads=self.critic_n_heads,
+            net_arch=self.critic_net_arch,
+        )
+
     def _get_constructor_parameters(self) -> dict[str, Any]:
         data = super()._get_constructor_parameters()
         data.update(memory_size=self.memory_size, sequence_length=self.sequence_length)
@@ -175,32 +142,67 @@ class RecurrentPOCAPolicy(POCAPolicy):
     def unroll(
         self, obs: PyTorchObs, memories: th.Tensor, episode_starts: th.Tensor, sequence_mask: th.Tensor
     ) -> tuple[th.Tensor, th.Tensor]:
-        """The actor up to its LSTM over sequences given as their real steps.
-
-        :param obs: the real steps' observations, sequence after sequence, shape (n_steps, *obs_shape).
-        :param memories: (n_sequences, memory_size), the memory before each sequence.
-        :param episode_starts: (n_steps,) nonzero where the memory is zeroed before the step.
-        :param sequence_mask: (n_sequences, sequence_length) bool, True at real steps (a prefix).
-        :return: LSTM outputs (n_steps, memory_size // 2) and memories (n_sequences, memory_size)
-            after each sequence's last real step.
-        """
+        """The actor up to its LSTM over sequences given as their real steps (see
+        :func:`unroll_sequences`; ``obs`` has shape (n_steps, *obs_shape))."""
         latent = self.actor_net(self.extract_features(obs, self.features_extractor))
-        padded = latent.new_zeros((*sequence_mask.shape, latent.shape[-1]))
-        padded[sequence_mask] = latent
-        starts = latent.new_zeros(sequence_mask.shape)
-        starts[sequence_mask] = episode_starts.to(latent.dtype)
-        if sequence_mask.all():
-            outputs, memories = self.memory(padded, memories, starts)
-            return outputs[sequence_mask], memories
-        # sequences of different lengths: unroll each length group so padding never enters a memory
-        outputs = padded.new_zeros((*sequence_mask.shape, self.memory.hidden_size))
-        final = memories.clone()
-        lengths = sequence_mask.sum(dim=1)
-        for length in lengths.unique().tolist():
-            rows = lengths == length
-            out, final[rows] = self.memory(padded[rows, :length], memories[rows], starts[rows, :length])
-            outputs[rows, :length] = out
-        return outputs[sequence_mask], final
+        return unroll_sequences(self.memory, latent, memories, episode_starts, sequence_mask)
+
+    # ------------------------------------------------------------------ critic with memory
+
+    def critic_encodings(
+        self, own_obs: PyTorchObs, mate_obs: GroupObs, mate_actions: th.Tensor, mate_mask: th.Tensor
+    ) -> tuple[th.Tensor, th.Tensor]:
+        """The critic up to its LSTM for V's and the baseline's entity sets of each row.
+
+        :param own_obs: shape (batch, *obs_shape) or a dict of those.
+        :param mate_obs: shape (batch, n_mates, *obs_shape) or a dict; n_mates may be 0.
+        :param mate_actions: raw actions as stored in the buffer, shape (batch, n_mates, action_dim).
+        :param mate_mask: True for present groupmates, shape (batch, n_mates).
+        :return: encodings (2, batch, embed_dim) and member counts (2, batch, 1), V's then the baseline's.
+        """
+        members, member_mask = self._group_of(own_obs, mate_obs, mate_mask)
+        entities, mask = self.critic.value_and_baseline_entities(
+            self._member_features(members), self.encode_actions(mate_actions), member_mask
+        )
+        encoding, count = self.critic.embed(entities, mask)
+        batch = member_mask.shape[0]
+        if encoding.shape[0] == batch:  # no groupmates: the baseline's entities are V's
+            encoding, count = th.cat([encoding, encoding]), th.cat([count, count])
+        return encoding.reshape(2, batch, -1), count.reshape(2, batch, 1)
+
+    def values_and_baselines_by_sequence(self, batch: RecurrentPOCASamples) -> tuple[th.Tensor, th.Tensor]:
+        """V and baselines (n_steps,) of a minibatch of sequences, each stream unrolled through the
+        critic's LSTM from its stored memory (ML-Agents' update with ``critic_memory`` /
+        ``baseline_memory``)."""
+        encoding, count = self.critic_encodings(
+            batch.observations, batch.mate_observations, batch.mate_actions, batch.mate_mask
+        )
+        n_steps = encoding.shape[1]
+        outputs, _ = unroll_sequences(  # both streams in one pass: V's sequences, then the baseline's
+            self.critic.memory,
+            encoding.flatten(0, 1),
+            th.cat([batch.value_memories, batch.baseline_memories]),
+            batch.episode_starts.repeat(2),
+            th.cat([batch.sequence_mask, batch.sequence_mask]),
+        )
+        scalars = self.critic.read_out(outputs, count.flatten(0, 1))
+        return scalars[:n_steps], scalars[n_steps:]
+
+    def step_group_values(
+        self, member_obs: GroupObs, member_mask: th.Tensor, memories: th.Tensor
+    ) -> tuple[th.Tensor, th.Tensor]:
+        """V of each row's group one step on from given V memories (bootstrap values).
+
+        :param member_obs: the present members' observations, (batch, n_members, *obs_shape) or a dict.
+        :param member_mask: True for present members, (batch, n_members); >= 1 per row.
+        :param memories: (batch, memory_size) V memories before this step.
+        :return: values (batch,) and the memories after the step (batch, memory_size).
+        """
+        encoding, count = self.critic.embed(
+            self.critic.obs_encoder(self._member_features(member_obs)), member_mask
+        )
+        output, memories = self.critic.memory(encoding.unsqueeze(1), memories)
+        return self.critic.read_out(output[:, 0], count), memories
 
     def act(
         self,
@@ -295,7 +297,7 @@ class RecurrentPOCAMultiInputPolicy(RecurrentPOCAPolicy):
 
 
 class RecurrentPOCA(POCA):
-    """:class:`POCA` whose shared actor has ML-Agents' LSTM memory.
+    """:class:`POCA` whose shared actor and centralised critic (V and baseline) have ML-Agents' LSTM memory.
 
     Takes :class:`POCA`'s arguments; the policy is ``"MlpLstmPolicy"``, ``"CnnLstmPolicy"``,
     ``"MultiInputLstmPolicy"`` or a :class:`RecurrentPOCAPolicy` subclass, with ``policy_kwargs``
@@ -367,6 +369,9 @@ class RecurrentPOCA(POCA):
 
     def _evaluate_actions(self, batch: Any, actions: th.Tensor) -> tuple[th.Tensor, th.Tensor | None]:
         return self.policy.evaluate_sequences(batch, actions)
+
+    def _values_and_baselines(self, batch: Any) -> tuple[th.Tensor, th.Tensor]:
+        return self.policy.values_and_baselines_by_sequence(batch)
 
     def predict(  # type: ignore[override]
         self,
