@@ -3,7 +3,8 @@
 Groups of two agents; each sees its own cue (+-1) at the first of three decisions and nothing of it
 after; at the last decision both must answer their cue for the group reward (+1). Without memory a
 group wins at most 1/4 of its episodes. ``memory`` is ``unity_sb3.RecurrentPOCA`` (an LSTM of 16
-units after the actor's layer), ``no_memory`` is ``unity_sb3.POCA`` with the same layers and settings
+units after the actor's layer, and one in the centralised critic after its attention),
+``no_memory`` is ``unity_sb3.POCA`` with the same layers and settings
 (the task, its settings and the evaluation are the ones of ``tests/test_poca_memory.py``). Each run
 reports the deterministic group win rate over 50 evaluation episodes after training.
 
