@@ -67,12 +67,22 @@ BOUNCINESS = 0.0
 ANGULAR_DRAG = 0.01  # 1/s (prefab)
 MAX_ANGULAR_VELOCITY = 7.0  # rad/s, Rigidbody.maxAngularVelocity (Unity's default)
 RAD = np.pi / 180.0
+SPIN_KEEP = 1.0 - ANGULAR_DRAG * DT  # the spin kept by one step of angular drag
+FRICTION_SCALE = 2.0 / 7.0  # the share of its slip a friction impulse removes (a sphere)
+FRICTION_SPIN = FRICTION_SCALE * 2.5  # its spin per unit slip, over the radius (5 / 7r)
 
 
 def cross(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Cross products of vectors stored as columns: ``a``, ``b`` of shape (3, n) -> (3, n)."""
     a, b = np.concatenate((a, a[:2])), np.concatenate((b, b[:2]))  # rows x y z x y
     return a[1:4] * b[2:5] - a[2:5] * b[1:4]
+
+
+def _cross5(a5: np.ndarray, b5: np.ndarray, out: np.ndarray, tmp: np.ndarray) -> None:
+    """:func:`cross` of ``a``, ``b`` given with their rows x y z x y (shape (5, n)), into ``out``."""
+    np.multiply(a5[1:4], b5[2:5], out=out)
+    np.multiply(a5[2:5], b5[1:4], out=tmp)
+    out -= tmp
 
 
 # A cube's frame is one column of 13 rows: its quaternion (x, y, z, w), then its rotation
@@ -119,6 +129,10 @@ def turn_factors(
 
 #: :func:`turn_factors` of no turn (angle 0), as columns that broadcast.
 IDLE = {axis: turn_factors((np.zeros(1), np.ones(1)), (np.zeros(1), np.ones(1)), axis) for axis in _TURN}
+#: The same stacked (keep over mix, 20 rows), and the frame rows a turn reads in that order.
+IDLE_STACKED = {axis: np.concatenate(IDLE[axis]) for axis in _TURN}
+_QUAT_SIGNS = np.stack([_TURN[2][2], _TURN[0][2]])  # (2, 4, 1): the quaternion signs, z then x
+_GATHER = {axis: np.concatenate(_TURN[axis][:2]) for axis in _TURN}
 
 
 def turn(frame: np.ndarray, factors: tuple[np.ndarray, np.ndarray], axis: int) -> None:
@@ -199,6 +213,41 @@ def sphere_box_contact(p: np.ndarray, rot: np.ndarray, radius: np.ndarray) -> tu
     return normal, dist - radius
 
 
+#: The frame of a level cube (the identity rotation), one column.
+LEVEL = np.concatenate(
+    ([[0.0], [0.0], [0.0], [1.0]], rotation_matrices(np.array([[0.0], [0.0], [0.0], [1.0]])).reshape(9, 1))
+)
+
+
+class _Work:
+    """Preallocated buffers of :meth:`Ball3D._physics_step` and :meth:`Ball3D._act` for ``n`` agents.
+
+    Also views of the state they read (``pos_col``, ``rot_y``) and the radius terms set at each
+    episode start (``top``, ``spin_gain``).
+    """
+
+    def __init__(self, frame: np.ndarray, pos: np.ndarray, spin: np.ndarray) -> None:
+        n = frame.shape[1]
+        self.pos_col = pos[:, None, :]
+        self.rot_y = frame[4:].reshape(3, 3, n)[:, 1]  # the cube's local y axis (its top face's normal)
+        self.t33 = np.empty((3, 3, n))
+        self.local = np.empty((3, n))
+        self.local_xz, self.local_y = self.local[0:3:2], self.local[1]
+        self.xz = np.empty((2, n))
+        self.t3, self.u3, self.slip = np.empty((3, n)), np.empty((3, n)), np.empty((3, n))
+        self.n5, self.a5 = np.empty((5, n)), np.empty((5, n))
+        self.sep, self.vn, self.target, self.jn = (np.empty(n) for _ in range(4))
+        self.s1, self.size, self.limit, self.speed2 = (np.empty(n) for _ in range(4))
+        self.touching, self.over = np.empty(n, dtype=bool), np.empty(n, dtype=bool)
+        self.signed, self.allowed = np.empty(n), np.empty(n, dtype=bool)
+        self.gathered, self.turned = np.empty((20, n)), np.empty((10, n))
+        self.d, self.normal, self.dist = np.empty((3, n)), np.empty((3, n)), np.empty(n)
+        self.d_row = self.d[None]
+        self.pos_xz, self.pos_y, self.side = pos[0:3:2], pos[1], np.empty((2, n))
+        self.top = np.empty(n)
+        self.spin_gain = np.empty(n)
+
+
 class Ball3D(EmbeddedScene):
     """Balance a ball on a tilting cube (ML-Agents 3DBall); 8 floats, 2 continuous actions."""
 
@@ -243,7 +292,15 @@ class Ball3D(EmbeddedScene):
         self._spin = np.zeros((3, n))  # ball angular velocity (rad/s)
         self._radius = np.full(n, 0.5)
         self._fall = np.full(n, 9.81 * DT)  # velocity gained by falling for one step
+        self._work = _Work(self._frame, self._pos, self._spin)
+        self._set_radius_terms()
         super().__init__(seed=seed, side_channels=side_channels, **params)
+
+    def _set_radius_terms(self) -> None:
+        """Terms of the contact that depend only on the ball radii (set at each episode start)."""
+        work = self._work
+        work.top = self._radius + HALF  # a ball's centre above the cube's centre when it rests
+        work.spin_gain = FRICTION_SPIN / self._radius  # the spin a full friction impulse gives
 
     def reset(self) -> None:
         # Unity keeps a ball's spin through OnEpisodeBegin; a reset of the whole scene starts
@@ -254,9 +311,8 @@ class Ball3D(EmbeddedScene):
     def _on_episode_begin(self, idx: np.ndarray) -> None:
         m = idx.size
         rng = self._rng
-        frame = np.zeros((FRAME_ROWS, m))
-        frame[3] = 1.0
-        frame[4:] = rotation_matrices(frame[:4]).reshape(9, m)
+        frame = np.empty((FRAME_ROWS, m))
+        frame[...] = LEVEL  # set level
         for axis in (0, 2):  # Rotate(x, U(-10, 10)) then Rotate(z, U(-10, 10))
             angle = rng.uniform(-10.0, 10.0, size=m) * RAD
             half, full = (np.sin(angle / 2), np.cos(angle / 2)), (np.sin(angle), np.cos(angle))
@@ -270,6 +326,7 @@ class Ball3D(EmbeddedScene):
         scale = self._param("scale", m)
         radius = 0.5 * np.maximum(scale, 1e-3)
         self._radius[idx] = radius
+        self._set_radius_terms()
         self._fall[idx] = self._param("gravity", m) * DT
         for value in mass:
             self.stat("Environment/BallMass", float(value), StatsAggregationMethod.AVERAGE)
@@ -287,12 +344,17 @@ class Ball3D(EmbeddedScene):
             step = interval_turn(*sines)
         else:
             s_half, c_half, s_full, c_full = sines
-            factors = [
-                turn_factors((s_half[col], c_half[col]), (s_full[col], c_full[col]), axis)
-                for col, axis in ((0, 2), (1, 0))
-            ]
-            turns = (angle > 0, angle < 0, *factors)
-        pos = self._pos
+            # turn_factors of both axes at once, keep over mix: (2, 20, n) for z then x
+            factors = np.empty((2, 20, angle.shape[1]))
+            factors[:, :4] = c_half[:, None]
+            factors[:, 4:10] = c_full[:, None]
+            np.multiply(_QUAT_SIGNS, s_half[:, None], out=factors[:, 10:14])
+            factors[:, 14:17] = s_full[:, None]
+            np.negative(s_full[:, None], out=factors[:, 17:])
+            # +1 turns up, -1 down, NaN not at all: a turn is allowed while sign * q < limit
+            sign = np.where(angle > 0, 1.0, np.where(angle < 0, -1.0, np.nan))
+            turns = [(2, sign[0], factors[0]), (0, sign[1], factors[1])]
+        pos, work = self._pos, self._work
         steps_left = self.max_steps - int(self._step_count.max()) if self.max_steps > 0 else -1
         for k in range(1, max_substeps + 1):
             if step is None:
@@ -300,10 +362,18 @@ class Ball3D(EmbeddedScene):
             else:
                 self._q[...] = np.einsum("ijn,jn->in", step[0], self._q)
                 self._rot[...] = np.einsum("ijn,jkn->ikn", self._rot, step[1])
-            # OnActionReceived's check, on the positions left by the last physics step
-            side = np.abs(pos[0:3:2])
-            worst = np.maximum(np.maximum(side[0], side[1]), LOST_SIDE + LOST_BELOW - pos[1])
-            lost = np.flatnonzero(worst > LOST_SIDE) if worst.max() > LOST_SIDE else ()
+            # OnActionReceived's check, on the positions left by the last physics step: a ball
+            # is lost when max(|x|, |z|, 1 - y) > 3. First the cheap question whether any might be.
+            lost = ()
+            np.absolute(work.pos_xz, out=work.side)
+            if (
+                np.maximum.reduce(work.side, axis=None) > LOST_SIDE
+                or LOST_SIDE + LOST_BELOW - np.minimum.reduce(work.pos_y) > LOST_SIDE
+            ):
+                side = work.side
+                worst = np.maximum(np.maximum(side[0], side[1]), LOST_SIDE + LOST_BELOW - pos[1])
+                if worst.max() > LOST_SIDE:
+                    lost = np.flatnonzero(worst > LOST_SIDE)
             self._reward.fill(0.1)
             if len(lost):
                 self._reward[lost] = -1.0
@@ -318,78 +388,142 @@ class Ball3D(EmbeddedScene):
                 return k
         return max_substeps
 
-    def _act(self, turns: tuple[np.ndarray, ...]) -> None:
+    def _contact(self, local: np.ndarray) -> np.ndarray:
+        """:func:`sphere_box_contact` from the ball centres in the cubes' axes ``local``, in buffers.
+
+        :return: the normals (3, n); the separations are left in ``_work.sep``.
+        """
+        work, rot = self._work, self._rot
+        d = np.maximum(local, -HALF, out=work.d)  # d = local - np.clip(local, -HALF, HALF)
+        np.minimum(d, HALF, out=d)
+        np.subtract(local, d, out=d)
+        np.multiply(d, d, out=work.t3)
+        dist = np.add.reduce(work.t3, axis=0, out=work.dist)
+        np.sqrt(dist, out=dist)  # dist = np.sqrt((d * d).sum(axis=0))
+        if np.less(dist, 1e-9, out=work.over).any():  # a centre inside its cube: the general form
+            normal, separation = sphere_box_contact(self._pos, rot, self._radius)
+            work.sep[...] = separation
+            return normal
+        np.divide(d, dist, out=d)
+        np.multiply(rot, work.d_row, out=work.t33)
+        normal = np.add.reduce(work.t33, axis=1, out=work.normal)  # (rot * (d / dist)[None]).sum(axis=1)
+        np.subtract(dist, self._radius, out=work.sep)
+        return normal
+
+    def _act(self, turns: list[tuple[int, np.ndarray, np.ndarray]]) -> None:
         """``OnActionReceived``: turn about z, then about x, each within the quaternion limit.
 
-        :param turns: whether each action turns up, whether down (shape (2, n) each), then the
-            :func:`turn_factors` of the turns about z and about x.
+        :param turns: per axis (2 for z, then 0 for x): the axis, the turns' signs (+1 up, -1
+            down, NaN for no turn; shape (n,)) and their :func:`turn_factors` stacked (keep
+            over mix, shape (20, n)).
         """
-        up, down, *factors = turns
-        q = self._q
-        for col, axis in ((0, 2), (1, 0)):
-            allowed = (up[col] & (q[axis] < QUAT_LIMIT)) | (down[col] & (q[axis] > -QUAT_LIMIT))
-            keep, mix = factors[col]
-            if not allowed.all():
-                idle_keep, idle_mix = IDLE[axis]
-                keep, mix = np.where(allowed, keep, idle_keep), np.where(allowed, mix, idle_mix)
-            turn(self._frame, (keep, mix), axis)
+        q, frame, work = self._q, self._frame, self._work
+        for axis, sign, factors in turns:
+            # allowed: (up & (q < limit)) | (down & (q > -limit)), as one product and compare
+            np.multiply(q[axis], sign, out=work.signed)
+            if not np.less(work.signed, QUAT_LIMIT, out=work.allowed).all():
+                factors = np.where(work.allowed, factors, IDLE_STACKED[axis])
+            # turn(frame, (keep, mix), axis): frame[rows] * keep + frame[mixed] * mix
+            gathered = np.take(frame, _GATHER[axis], axis=0, out=work.gathered)
+            gathered *= factors
+            np.add(gathered[:10], gathered[10:], out=work.turned)
+            frame[_TURN[axis][0]] = work.turned
 
     def _physics_step(self) -> None:
-        """One PhysX step of every ball against its (already turned) cube."""
-        pos, vel, spin, radius = self._pos, self._vel, self._spin, self._radius
+        """One PhysX step of every ball against its (already turned) cube.
+
+        Written as in-place numpy calls on preallocated buffers (``_Work``): at 12 agents a
+        step is a few dozen calls on tiny arrays, whose count and allocations are its cost.
+        Every value is computed by the same operations in the same order as the plain form
+        given in the comments, so the results are the same bit for bit.
+        """
+        pos, vel, spin, work = self._pos, self._vel, self._spin, self._work
+        t3, u3, sep = work.t3, work.u3, work.sep
         vel[1] -= self._fall
-        spin *= 1.0 - ANGULAR_DRAG * DT
-        rot = self._rot
-        local = (rot * pos[:, None, :]).sum(axis=0)
-        if np.abs(local[0:3:2]).max() <= HALF and local[1].min() > HALF:
-            normal, sep = rot[:, 1], local[1] - (radius + HALF)  # every ball above its top face
+        spin *= SPIN_KEEP
+        # local = (rot * pos[:, None, :]).sum(axis=0): the ball centres in the cube's axes
+        np.multiply(self._rot, work.pos_col, out=work.t33)
+        local = np.add.reduce(work.t33, axis=0, out=work.local)
+        np.absolute(work.local_xz, out=work.xz)
+        if np.maximum.reduce(work.xz, axis=None) <= HALF and np.minimum.reduce(work.local_y) > HALF:
+            normal = work.rot_y  # every ball above its top face
+            np.subtract(work.local_y, work.top, out=sep)  # local[1] - (radius + HALF)
+            np.concatenate((normal, normal[:2]), out=work.n5)
         else:
-            normal, sep = sphere_box_contact(pos, rot, radius)
-        if sep.min() >= CONTACT_OFFSET:  # no ball touches
-            pos += vel * DT
+            normal = self._contact(local)
+            np.concatenate((normal, normal[:2]), out=work.n5)
+        smallest = np.minimum.reduce(sep)
+        if smallest >= CONTACT_OFFSET:  # no ball touches
+            np.multiply(vel, DT, out=t3)  # pos += vel * DT
+            pos += t3
             return
-        vn = (vel * normal).sum(axis=0)
+        np.multiply(vel, normal, out=t3)
+        vn = np.add.reduce(t3, axis=0, out=work.vn)  # (vel * normal).sum(axis=0)
         # kept velocity: no approach faster than closing the gap within the step (speculative
         # contact); a bounce only above the bounce threshold
-        target = np.maximum(sep, 0.0) * (-1.0 / DT)
+        target = np.maximum(sep, 0.0, out=work.target)
+        target *= -1.0 / DT
         if BOUNCINESS > 0:
             target = np.where((sep <= 0) & (vn < -BOUNCE_THRESHOLD), -BOUNCINESS * vn, target)
-        jn = np.maximum(target - vn, 0.0)  # impulse per unit mass
-        touching = sep < CONTACT_OFFSET
-        if sep.max() >= CONTACT_OFFSET:
+        jn = np.subtract(target, vn, out=work.jn)  # impulse per unit mass
+        np.maximum(jn, 0.0, out=jn)
+        touching = True  # sep < CONTACT_OFFSET: every ball touches unless one is further
+        if np.maximum.reduce(sep) >= CONTACT_OFFSET:
+            touching = np.less(sep, CONTACT_OFFSET, out=work.touching)
             jn *= touching
         # the velocity that moves the ball also pushes a penetration out (not kept)
         extra = None
-        if sep.min() < 0:
+        if smallest < 0:
             push = np.where(sep < 0, np.minimum(sep * (-BIAS / DT), MAX_DEPENETRATION), target)
             extra = np.maximum(push - vn, 0.0) * touching - jn
-        vel += jn * normal
+        np.multiply(jn, normal, out=t3)  # vel += jn * normal
+        vel += t3
         # friction at the contact point (-r n from the centre): the impulse -2/7 of its slip
         # stops it (a sphere's 1/m + r^2/I = 7/(2m)), within the friction cone; the same impulse
         # turns the ball by (5 / 7r) n x slip
-        slip = vel - cross(spin, normal) * radius
-        slip -= (slip * normal).sum(axis=0) * normal
-        scale = 2.0 / 7.0
-        size = np.sqrt((slip * slip).sum(axis=0)) * scale
-        limit = FRICTION * jn
-        if (size > limit).any():
+        slip = work.slip
+        np.concatenate((spin, spin[:2]), out=work.a5)
+        _cross5(work.a5, work.n5, t3, u3)  # cross(spin, normal)
+        t3 *= self._radius
+        np.subtract(vel, t3, out=slip)  # slip = vel - cross(spin, normal) * radius
+        np.multiply(slip, normal, out=t3)
+        s1 = np.add.reduce(t3, axis=0, out=work.s1)
+        np.multiply(s1, normal, out=t3)
+        slip -= t3  # slip -= (slip * normal).sum(axis=0) * normal
+        np.multiply(slip, slip, out=t3)
+        size = np.add.reduce(t3, axis=0, out=work.size)
+        np.sqrt(size, out=size)
+        scale: float | np.ndarray = FRICTION_SCALE
+        size *= scale  # size = sqrt((slip * slip).sum(axis=0)) * scale
+        limit = np.multiply(jn, FRICTION, out=work.limit)  # FRICTION * jn
+        if np.greater(size, limit, out=work.over).any():
             scale = scale * np.minimum(1.0, limit / np.maximum(size, 1e-12))
-        vel -= slip * scale
-        spin += cross(normal, slip) * (scale * 2.5 / radius)
-        speed2 = (spin * spin).sum(axis=0)
-        if speed2.max() > MAX_ANGULAR_VELOCITY**2:
+            gain = scale * 2.5 / self._radius
+        else:
+            gain = work.spin_gain  # FRICTION_SCALE * 2.5 / radius
+        np.multiply(slip, scale, out=t3)
+        vel -= t3  # vel -= slip * scale
+        np.concatenate((slip, slip[:2]), out=work.a5)
+        _cross5(work.n5, work.a5, t3, u3)  # cross(normal, slip)
+        t3 *= gain
+        spin += t3
+        np.multiply(spin, spin, out=t3)
+        speed2 = np.add.reduce(t3, axis=0, out=work.speed2)  # (spin * spin).sum(axis=0)
+        if np.maximum.reduce(speed2) > MAX_ANGULAR_VELOCITY**2:
             spin *= np.minimum(1.0, MAX_ANGULAR_VELOCITY / np.sqrt(np.maximum(speed2, 1e-24)))
         if extra is None:
-            pos += vel * DT
+            np.multiply(vel, DT, out=t3)  # pos += vel * DT
         else:
-            pos += (vel + extra * normal) * DT
+            np.multiply(extra, normal, out=u3)  # pos += (vel + extra * normal) * DT
+            np.add(vel, u3, out=t3)
+            t3 *= DT
+        pos += t3
 
     def _observe(self, idx: np.ndarray) -> list[np.ndarray]:
+        # rows q.z, q.x, position, velocity; as float32 (n, 8)
+        rows = np.concatenate((self._q[2:3], self._q[0:1], self._pos, self._vel))
         obs = np.empty((idx.size, 8), dtype=np.float32)
-        obs[:, 0] = self._q[2, idx]
-        obs[:, 1] = self._q[0, idx]
-        obs[:, 2:5] = self._pos[:, idx].T
-        obs[:, 5:8] = self._vel[:, idx].T
+        obs.T[...] = rows[:, idx]
         return [obs]
 
     def expert_actions(self, behavior_name: str, decision_steps: DecisionSteps) -> ActionTuple:

@@ -10,6 +10,7 @@ behaves the same whether it runs in-process or behind the stand-in player.
 
 from __future__ import annotations
 
+import functools
 import logging
 import struct
 import uuid
@@ -74,8 +75,12 @@ def pack_messages(messages: Iterable[tuple[uuid.UUID, bytes]]) -> bytes:
     return bytes(out)
 
 
+@functools.lru_cache(maxsize=1024)
 def encode_stat(key: str, value: float, method: StatsAggregationMethod) -> bytes:
-    """Payload of one StatsSideChannel message (what Unity's ``StatsRecorder.Add`` sends)."""
+    """Payload of one StatsSideChannel message (what Unity's ``StatsRecorder.Add`` sends).
+
+    Cached: scenes send the same few (key, value) pairs again and again (Ball3D two per episode start).
+    """
     msg = OutgoingMessage()
     msg.write_string(key)
     msg.write_float32(float(value))
