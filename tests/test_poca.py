@@ -310,6 +310,63 @@ def test_single_entity_attention_shortcut_equals_full_attention():
     th.testing.assert_close(attention(entities, mask), attention(padded, padded_mask))
 
 
+def test_critic_attention_equals_torch_multihead_attention():
+    """The critic's attention block is nn.MultiheadAttention's computation (forward and gradients)."""
+    from torch import nn
+
+    attention = POCA("MlpPolicy", SacrificeVecEnv(), **SMALL).policy.critic.attention
+    gen = th.Generator().manual_seed(0)
+    entities = th.randn(7, 3, attention.attention.embed_dim, generator=gen)
+    mask = th.rand(7, 3, generator=gen) > 0.4
+    mask[:, 0] = True
+
+    def reference(x: th.Tensor) -> th.Tensor:
+        normed = attention.input_norm(x)
+        attended, _ = attention.attention(normed, normed, normed, key_padding_mask=~mask, need_weights=False)
+        mixed = attention.residual_norm(x + attention.output(attended))
+        weights = mask.unsqueeze(-1).float()
+        return (mixed * weights).sum(dim=1) / weights.sum(dim=1)
+
+    assert isinstance(attention.attention, nn.MultiheadAttention)
+    out = attention(entities, mask)
+    th.testing.assert_close(out, reference(entities))
+    grads = th.autograd.grad(out.square().sum(), list(attention.parameters()))
+    expected = th.autograd.grad(reference(entities).square().sum(), list(attention.parameters()))
+    for grad, want in zip(grads, expected):
+        th.testing.assert_close(grad, want)
+
+
+@pytest.mark.parametrize("branches", [[5], [3, 2, 4]])
+@pytest.mark.parametrize("masked", [False, True])
+def test_fast_categorical_sampling_equals_sb3_contrib_distribution(branches, masked):
+    """POCAPolicy.forward's path without distribution objects draws the same actions, log-probs."""
+    from sb3_contrib.common.maskable.distributions import make_masked_proba_distribution
+
+    from unity_sb3.algorithms.poca.policies import sample_masked_categorical
+
+    space = spaces.Discrete(branches[0]) if len(branches) == 1 else spaces.MultiDiscrete(branches)
+    gen = th.Generator().manual_seed(len(branches))
+    logits = th.randn(64, sum(branches), generator=gen) * 3
+    masks = None
+    if masked:
+        masks = (th.rand(64, sum(branches), generator=gen) > 0.4).numpy()
+        start = 0
+        for size in branches:  # at least one allowed action per branch
+            masks[:, start] = True
+            start += size
+    for deterministic in (False, True):
+        distribution = make_masked_proba_distribution(space).proba_distribution(action_logits=logits)
+        if masks is not None:
+            distribution.apply_masking(masks)
+        th.manual_seed(3)
+        want = distribution.get_actions(deterministic=deterministic)
+        want_log_prob = distribution.log_prob(want)
+        th.manual_seed(3)
+        actions, log_prob = sample_masked_categorical(logits, branches, masks, deterministic)
+        assert th.equal(actions, want)
+        assert th.equal(log_prob, want_log_prob)
+
+
 # ---------------------------------------------------------------- PettingZoo
 
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import torch as th
 from torch import nn
+from torch.nn import functional as F
 
 from unity_sb3.networks.memory import LSTMMemory
 
@@ -48,16 +49,29 @@ class ResidualSelfAttention(nn.Module):
         :return: pooled encoding, shape (batch, embed_dim).
         """
         normed = self.input_norm(entities)
-        if entities.shape[1] == 1:
+        batch, n_entities, embed_dim = entities.shape
+        attention = self.attention
+        in_weight, in_bias = attention.in_proj_weight, attention.in_proj_bias
+        if n_entities == 1:
             # One entity (groups of one): softmax over a single key is 1, so attention is the
             # value and output projections alone; skips the query/key work, same result.
-            embed_dim = self.attention.embed_dim
-            in_weight, in_bias = self.attention.in_proj_weight, self.attention.in_proj_bias
-            values = nn.functional.linear(normed, in_weight[2 * embed_dim :], in_bias[2 * embed_dim :])
-            attended = self.attention.out_proj(values)
+            attended = F.linear(normed, in_weight[2 * embed_dim :], in_bias[2 * embed_dim :])
         else:
-            attended, _ = self.attention(normed, normed, normed, key_padding_mask=~mask, need_weights=False)
-        mixed = self.residual_norm(entities + self.output(attended))
+            # nn.MultiheadAttention's own computation (packed in-projection, scaled dot-product
+            # attention, -inf at absent keys), without its layout copies: its per-projection
+            # selects cost a full-size zero-fill each in the backward, more than the attention.
+            heads = attention.num_heads
+            qkv = F.linear(normed, in_weight, in_bias).view(batch, n_entities, 3, heads, embed_dim // heads)
+            query, key, value = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # (batch, heads, entities, head_dim)
+            absent = th.zeros((batch, 1, 1, n_entities), dtype=normed.dtype, device=normed.device)
+            absent.masked_fill_(~mask.view(batch, 1, 1, n_entities), float("-inf"))
+            attended = F.scaled_dot_product_attention(query, key, value, attn_mask=absent)
+            attended = attended.transpose(1, 2).reshape(batch, n_entities, embed_dim)
+        # The attention's output projection and then ``output``: two linear maps in a row, applied
+        # as their product (one matrix product per entity instead of two; the same map).
+        weight = self.output.weight @ attention.out_proj.weight
+        bias = th.addmv(self.output.bias, self.output.weight, attention.out_proj.bias)
+        mixed = self.residual_norm(entities + F.linear(attended, weight, bias))
         weights = mask.unsqueeze(-1).to(mixed.dtype)
         return (mixed * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1.0)
 
