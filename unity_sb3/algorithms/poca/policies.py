@@ -16,7 +16,12 @@ from typing import Any
 import numpy as np
 import torch as th
 from gymnasium import spaces
-from sb3_contrib.common.maskable.distributions import MaskableDistribution, make_masked_proba_distribution
+from sb3_contrib.common.maskable.distributions import (
+    MaskableCategoricalDistribution,
+    MaskableDistribution,
+    MaskableMultiCategoricalDistribution,
+    make_masked_proba_distribution,
+)
 from stable_baselines3.common.distributions import DiagGaussianDistribution, Distribution
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.torch_layers import (
@@ -227,10 +232,25 @@ class POCAPolicy(BasePolicy):
 
         :return: actions (batch, *action_shape) and their log-probabilities (batch,).
         """
+        branches = self._categorical_branches()
+        if branches is not None:  # the step's hot path: no distribution objects
+            latent = self.actor_net(self.extract_features(obs, self.features_extractor))
+            actions, log_prob = sample_masked_categorical(
+                self.action_net(latent), branches, action_masks, deterministic
+            )
+            return actions.reshape((-1, *self.flat_action_shape)), log_prob
         distribution = self.get_distribution(obs, action_masks)
         actions = distribution.get_actions(deterministic=deterministic)
         log_prob = distribution.log_prob(actions)
         return actions.reshape((-1, *self.flat_action_shape)), log_prob
+
+    def _categorical_branches(self) -> list[int] | None:
+        """Branch sizes when the actor's distribution is sb3-contrib's maskable (multi-)categorical."""
+        if isinstance(self.action_dist, MaskableMultiCategoricalDistribution):
+            return [int(n) for n in self.action_dist.action_dims]
+        if isinstance(self.action_dist, MaskableCategoricalDistribution):
+            return [int(self.action_dist.action_dim)]
+        return None
 
     def _predict(
         self, observation: PyTorchObs, deterministic: bool = False, action_masks: np.ndarray | None = None
@@ -375,6 +395,52 @@ class POCAPolicy(BasePolicy):
             members = th.cat([own_obs.unsqueeze(1), mate_obs], dim=1)
         own_mask = th.ones((mate_mask.shape[0], 1), dtype=th.bool, device=mate_mask.device)
         return members, th.cat([own_mask, mate_mask.bool()], dim=1)
+
+
+def sample_masked_categorical(
+    logits: th.Tensor,
+    branches: list[int],
+    action_masks: np.ndarray | th.Tensor | None = None,
+    deterministic: bool = False,
+) -> tuple[th.Tensor, th.Tensor]:
+    """Actions and log-probabilities of sb3-contrib's maskable (multi-)categorical distribution.
+
+    The same numbers, in the same order of random draws, as building ``MaskableCategorical``
+    (one per branch), masking it and calling ``get_actions`` then ``log_prob``: logits normalised,
+    masked-out entries set to -1e8, normalised again; one ``multinomial`` draw per branch. Without
+    the distribution objects, whose construction and argument checks cost several times the
+    actor's forward pass at every step.
+
+    :param logits: (batch, sum of branches).
+    :param branches: size of each branch (one for ``Discrete``).
+    :param action_masks: True = allowed, (batch, sum of branches), or None.
+    :param deterministic: the most likely action of each branch instead of a draw.
+    :return: actions (batch,) for one branch or (batch, n_branches), and log-probabilities (batch,).
+    """
+    logits = logits.reshape(-1, sum(branches))
+    masks = None
+    if action_masks is not None:
+        masks = th.as_tensor(action_masks, dtype=th.bool, device=logits.device).reshape(logits.shape)
+    huge_neg = th.tensor(-1e8, dtype=logits.dtype, device=logits.device)
+    actions, log_probs = [], []
+    start = 0
+    for size in branches:
+        branch = logits[:, start : start + size]
+        branch = branch - branch.logsumexp(dim=-1, keepdim=True)
+        if masks is not None:
+            branch = th.where(masks[:, start : start + size], branch, huge_neg)
+        branch = branch - branch.logsumexp(dim=-1, keepdim=True)
+        probs = th.softmax(branch, dim=-1)
+        if deterministic:
+            action = th.argmax(probs, dim=1)
+        else:
+            action = th.multinomial(probs, 1, True).T.reshape(-1)
+        actions.append(action)
+        log_probs.append(branch.gather(-1, action.unsqueeze(-1)).squeeze(-1))
+        start += size
+    if len(branches) == 1:
+        return actions[0], log_probs[0]
+    return th.stack(actions, dim=1), th.stack(log_probs, dim=1).sum(dim=1)
 
 
 class POCACnnPolicy(POCAPolicy):
