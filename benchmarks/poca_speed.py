@@ -46,17 +46,20 @@ def _timed_env(scene: str, seed: int) -> Any:
         """Adds up the wall seconds of ``reset`` and ``step`` (``seconds``)."""
 
         seconds = 0.0
+        cpu_seconds = 0.0
 
         def reset(self) -> Any:
-            start = time.perf_counter()
+            start, cpu_start = time.perf_counter(), time.process_time()
             obs = self.venv.reset()
             self.seconds += time.perf_counter() - start
+            self.cpu_seconds += time.process_time() - cpu_start
             return obs
 
         def step_wait(self) -> Any:
-            start = time.perf_counter()
+            start, cpu_start = time.perf_counter(), time.process_time()
             result = self.venv.step_wait()
             self.seconds += time.perf_counter() - start
+            self.cpu_seconds += time.process_time() - cpu_start
             return result
 
     if scene == "Escape":
@@ -90,15 +93,17 @@ def measure_here(algo: str, scene: str, steps: int, seed: int) -> dict[str, floa
     th.set_num_threads(1)
     env = _timed_env(scene, seed)
     model = _model(algo, scene, env, seed)
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     model.learn(steps)
     learn_s = time.perf_counter() - start
+    learn_cpu_s = time.process_time() - cpu_start
     env.close()
     learner_s = learn_s - env.seconds
     return {
         "learn_s": learn_s,
         "env_s": env.seconds,
         "learner_us_per_step": learner_s / model.num_timesteps * 1e6,
+        "learner_cpu_us_per_step": (learn_cpu_s - env.cpu_seconds) / model.num_timesteps * 1e6,
     }
 
 
