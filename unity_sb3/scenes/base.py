@@ -356,7 +356,11 @@ class EmbeddedScene(BaseEnv):
 
     @property
     def behavior_specs(self) -> Mapping[str, BehaviorSpec]:
-        return BehaviorMapping(dict(zip(self.behavior_names, self._specs)))
+        # built once: wrappers ask every Unity step whether other behaviors wait for actions
+        mapping = self.__dict__.get("_behavior_mapping")
+        if mapping is None:
+            mapping = self._behavior_mapping = BehaviorMapping(dict(zip(self.behavior_names, self._specs)))
+        return mapping
 
     def reset(self) -> None:
         self._check_open()

@@ -118,6 +118,9 @@ def _slice_actions(actions: Any, sl: slice) -> Any:
     return np.asarray(actions)[sl]
 
 
+_any = np.logical_or.reduce  # ndarray.any() without its Python-level wrapper (1-d bool arrays)
+
+
 def _take(obs: Any, rows: np.ndarray) -> Any:
     if isinstance(obs, dict):
         return {k: v[rows] for k, v in obs.items()}
@@ -431,16 +434,27 @@ class InstancesMixin:
             terminal_obs[slot] = last
             ended: Any = slot
         else:
-            ended = np.array([p[0] for p in pairs], dtype=np.int64)
-            term_rows = np.array([p[1] for p in pairs], dtype=np.int64)
-            reward[ended] += term.reward[term_rows]
-            group_reward[ended] += term.group_reward[term_rows]
-            inst.group_id[ended] = term.group_id[term_rows]
+            slots = [p[0] for p in pairs]
+            ended = np.array(slots, dtype=np.int64)
+            if len(pairs) == len(term):  # every ended agent had a slot (the usual case): no row selection
+                reward[ended] += term.reward
+                group_reward[ended] += term.group_reward
+                inst.group_id[ended] = term.group_id
+                truncated[ended] = term.interrupted
+                last = _copy(converted)
+            else:
+                term_rows = np.array([p[1] for p in pairs], dtype=np.int64)
+                reward[ended] += term.reward[term_rows]
+                group_reward[ended] += term.group_reward[term_rows]
+                inst.group_id[ended] = term.group_id[term_rows]
+                truncated[ended] = term.interrupted[term_rows]
+                last = _take(converted, term_rows)
             done[ended] = True
-            truncated[ended] = term.interrupted[term_rows]
-            last = _take(converted, term_rows)
-            for j, local in enumerate(ended.tolist()):
-                terminal_obs[local] = _row(last, j)
+            if isinstance(last, dict):
+                for j, local in enumerate(slots):
+                    terminal_obs[local] = _row(last, j)
+            else:  # a row view each, as last[j]
+                terminal_obs.update(zip(slots, last))
         # placeholder until a new agent takes the slot: the terminal observation
         _put(self._obs_buf, inst.start + ended, last)
         inst.bound[ended] = False
@@ -473,20 +487,22 @@ class InstancesMixin:
         :return: ``(n,)`` bool, the slots that were bound before.
         """
         kept = inst.bound.copy()
-        free = np.flatnonzero(~kept)
+        free = (~kept).nonzero()[0]
         free_rows = inst.steady_rows[free]
         moved = ids != inst.steady_ids
         moved[free_rows] = False
-        if moved.any():  # a bound slot's agent is not at its row any more
+        if _any(moved):  # a bound slot's agent is not at its row any more
             return None
         new_ids = ids[free_rows]
-        renewed = new_ids != inst.previous[free]  # free slots whose row holds a new agent
-        if renewed.any():
+        old_ids = inst.previous[free]
+        renewed = new_ids != old_ids  # free slots whose row holds a new agent
+        if _any(renewed):
             # few agents end at once: a set beats np.isin's sorting
+            renewed_rows = free_rows[renewed]
             if (
                 len(ids) != inst.n
-                or (np.diff(free_rows[renewed]) <= 0).any()
-                or not set(inst.previous[free].tolist()).isdisjoint(new_ids[renewed].tolist())
+                or _any(renewed_rows[1:] <= renewed_rows[:-1])  # not in the slots' order
+                or not set(old_ids.tolist()).isdisjoint(new_ids[renewed].tolist())
             ):
                 return None
             inst.steady_ids = np.array(ids, copy=True)

@@ -58,6 +58,8 @@ from unity_sb3.wrappers.instances import EnvSource, InstancesMixin, _Instance, _
 from unity_sb3.wrappers.restarts import RestartMixin, RestartPolicy
 
 OtherBehaviors = Callable[[str, DecisionSteps], ActionTuple | None]
+# ndarray.any() / .all() without their Python-level wrappers (1-d arrays)
+_any, _all = np.logical_or.reduce, np.logical_and.reduce
 
 
 class _SlotView:
@@ -297,10 +299,13 @@ class UnityVecEnv(RestartMixin, InstancesMixin, VecEnv):
         infos = self._base_infos(active, group_id, group_reward)
         if any(r.terminal_obs for r in results):
             for inst, r in zip(instances, results):
+                if not r.terminal_obs:
+                    continue
+                truncated = r.truncated.tolist()
                 for local, obs in r.terminal_obs.items():
                     info = infos[inst.start + local]
                     info[TERMINAL_OBSERVATION] = obs
-                    info["TimeLimit.truncated"] = bool(r.truncated[local])
+                    info["TimeLimit.truncated"] = truncated[local]
                     if r.restarted:
                         info["restarted"] = True
         if self.warn_inactive and not self._warned_inactive and not active.all():
@@ -318,8 +323,9 @@ class UnityVecEnv(RestartMixin, InstancesMixin, VecEnv):
         """Fresh info dicts; in the steady state (all active, no group reward, same groups) they are
         copies of cached ones, which is several times cheaper than building them with many slots."""
         cache = self._info_cache
-        steady = self.num_envs > 32 and not group_reward.any() and active.all()
-        if steady and cache is not None and np.array_equal(group_id, self._info_groups):
+        steady = self.num_envs > 32 and not _any(group_reward) and _all(active)
+        groups = self._info_groups
+        if steady and cache is not None and len(groups) == len(group_id) and _all(group_id == groups):
             return list(map(dict.copy, cache))
         infos: list[dict[str, Any]] = [
             {ACTIVE: a, GROUP_ID: g, GROUP_REWARD: gr}
