@@ -336,6 +336,22 @@ def test_critic_attention_equals_torch_multihead_attention():
         th.testing.assert_close(grad, want)
 
 
+def test_critic_pass_by_group_size_equals_the_padded_pass():
+    """Rows whose groups lost members go through at their own width: the same V and b."""
+    critic = POCA("MlpPolicy", SacrificeVecEnv(), **SMALL).policy.critic
+    gen = th.Generator().manual_seed(1)
+    features = th.randn(9, 4, critic.obs_encoder[0].in_features, generator=gen)
+    actions = th.randn(9, 3, critic.obs_action_encoder[0].in_features - features.shape[-1], generator=gen)
+    sizes = th.tensor([4, 1, 2, 3, 2, 4, 1, 3, 2])
+    mask = th.arange(4) < sizes.unsqueeze(1)
+    values, baselines = critic.value_and_baseline(features, actions, mask)
+    entities, entity_mask = critic.value_and_baseline_entities(features, actions, mask)
+    padded = critic._pool(entities, entity_mask)
+    th.testing.assert_close(values, padded[:9])
+    th.testing.assert_close(baselines, padded[9:])
+    assert critic.max_entities == 4
+
+
 @pytest.mark.parametrize("branches", [[5], [3, 2, 4]])
 @pytest.mark.parametrize("masked", [False, True])
 def test_fast_categorical_sampling_equals_sb3_contrib_distribution(branches, masked):

@@ -171,12 +171,43 @@ class GroupCriticBody(nn.Module):
         :param member_mask: True for present members, shape (batch, 1 + n_mates); column 0 is True.
         :return: ``(values, baselines)``, shape (batch,) each.
         """
+        sizes = _leading_member_counts(member_mask)
+        if sizes is not None:
+            return self._value_and_baseline_by_size(member_features, mate_actions, member_mask, sizes)
         entities, mask = self.value_and_baseline_entities(member_features, mate_actions, member_mask)
         pooled = self._pool(entities, mask)
         batch = member_features.shape[0]
         if entities.shape[0] == batch:  # no groupmates: b = V
             return pooled, pooled
         return pooled[:batch], pooled[batch:]
+
+    def _value_and_baseline_by_size(
+        self, member_features: th.Tensor, mate_actions: th.Tensor, member_mask: th.Tensor, sizes: th.Tensor
+    ) -> tuple[th.Tensor, th.Tensor]:
+        """:meth:`value_and_baseline` one group size at a time, each without its padding columns.
+
+        A row of ``size`` present members (leading columns) gives the same V and b from its first
+        ``size`` columns: absent entities take no attention weight (-inf scores) and no share of
+        the pooled mean. So the rows of each size go through at their own width, which skips the
+        padding entities' embeddings, projections and attention (in groups that lost members,
+        a large share of the work). ``max_entities`` is first raised to the largest size of the
+        whole batch, as one pass over it would.
+        """
+        with th.no_grad():
+            self.max_entities.copy_(th.maximum(self.max_entities, sizes.max().to(self.max_entities.dtype)))
+        order, values, baselines = [], [], []
+        for size in sizes.unique().tolist():
+            rows = th.nonzero(sizes == size).squeeze(1)
+            value, baseline = self.value_and_baseline(
+                member_features[rows, :size], mate_actions[rows, : size - 1], member_mask[rows, :size]
+            )
+            order.append(rows)
+            values.append(value)
+            baselines.append(baseline)
+        rows = th.cat(order)
+        back = th.empty_like(rows)
+        back[rows] = th.arange(rows.numel(), device=rows.device)
+        return th.cat(values)[back], th.cat(baselines)[back]
 
     def value_and_baseline_entities(
         self, member_features: th.Tensor, mate_actions: th.Tensor, member_mask: th.Tensor
@@ -195,6 +226,19 @@ class GroupCriticBody(nn.Module):
         mates = self.obs_action_encoder(th.cat([member_features[:, 1:], mate_actions], dim=-1))
         entities = th.cat([observed, th.cat([observed[:, :1], mates], dim=1)], dim=0)
         return entities, th.cat([member_mask, member_mask], dim=0)
+
+
+def _leading_member_counts(member_mask: th.Tensor) -> th.Tensor | None:
+    """Present members per row (batch,) when every row's present members lead its columns and
+    some row has padding; None otherwise (nothing to skip, or a layout to take as it is)."""
+    batch, width = member_mask.shape
+    if width < 2 or batch == 0:
+        return None
+    sizes = member_mask.sum(dim=1)
+    if int(sizes.min()) == width:
+        return None
+    leading = th.arange(width, device=member_mask.device) < sizes.unsqueeze(1)
+    return sizes if bool(th.equal(leading, member_mask.bool())) else None
 
 
 class RecurrentGroupCriticBody(GroupCriticBody):
