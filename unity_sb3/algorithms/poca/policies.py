@@ -421,14 +421,13 @@ def sample_masked_categorical(
     masks = None
     if action_masks is not None:
         masks = th.as_tensor(action_masks, dtype=th.bool, device=logits.device).reshape(logits.shape)
-    huge_neg = th.tensor(-1e8, dtype=logits.dtype, device=logits.device)
     actions, log_probs = [], []
     start = 0
     for size in branches:
         branch = logits[:, start : start + size]
         branch = branch - branch.logsumexp(dim=-1, keepdim=True)
         if masks is not None:
-            branch = th.where(masks[:, start : start + size], branch, huge_neg)
+            branch = branch.masked_fill(~masks[:, start : start + size], -1e8)
         branch = branch - branch.logsumexp(dim=-1, keepdim=True)
         probs = th.softmax(branch, dim=-1)
         if deterministic:
