@@ -355,7 +355,8 @@ def test_critic_pass_by_group_size_equals_the_padded_pass():
 @pytest.mark.parametrize("branches", [[5], [3, 2, 4]])
 @pytest.mark.parametrize("masked", [False, True])
 def test_fast_categorical_sampling_equals_sb3_contrib_distribution(branches, masked):
-    """POCAPolicy.forward's path without distribution objects draws the same actions, log-probs."""
+    """POCAPolicy's paths without distribution objects (forward, evaluate_actions) give the same
+    actions, log-probabilities, entropies and gradients."""
     from sb3_contrib.common.maskable.distributions import make_masked_proba_distribution
 
     from unity_sb3.algorithms.poca.policies import sample_masked_categorical
@@ -381,6 +382,23 @@ def test_fast_categorical_sampling_equals_sb3_contrib_distribution(branches, mas
         actions, log_prob = sample_masked_categorical(logits, branches, masks, deterministic)
         assert th.equal(actions, want)
         assert th.equal(log_prob, want_log_prob)
+
+    # log-probabilities and entropies of given actions (the update's path), with their gradients
+    from unity_sb3.algorithms.poca.policies import masked_categorical_log_prob_entropy
+
+    leaf = logits.clone().requires_grad_(True)
+    distribution = make_masked_proba_distribution(space).proba_distribution(action_logits=leaf)
+    if masks is not None:
+        distribution.apply_masking(th.as_tensor(masks))
+    want_log_prob, want_entropy = distribution.log_prob(want), distribution.entropy()
+    want_grad = th.autograd.grad((want_log_prob + 0.1 * want_entropy).sum(), leaf)[0]
+    log_prob, entropy = masked_categorical_log_prob_entropy(
+        leaf, branches, want, None if masks is None else th.as_tensor(masks)
+    )
+    grad = th.autograd.grad((log_prob + 0.1 * entropy).sum(), leaf)[0]
+    assert th.equal(log_prob, want_log_prob)
+    assert th.equal(entropy, want_entropy)
+    assert th.equal(grad, want_grad)
 
 
 # ---------------------------------------------------------------- PettingZoo

@@ -287,6 +287,12 @@ class POCAPolicy(BasePolicy):
         self, obs: PyTorchObs, actions: th.Tensor, action_masks: th.Tensor | None = None
     ) -> tuple[th.Tensor, th.Tensor]:
         """Log-probabilities and entropies of given actions, shape (batch,) each."""
+        branches = self._categorical_branches()
+        if branches is not None:  # the update's path: no distribution objects
+            latent = self.actor_net(self.extract_features(obs, self.features_extractor))
+            return masked_categorical_log_prob_entropy(
+                self.action_net(latent), branches, actions, action_masks
+            )
         distribution = self.get_distribution(obs, action_masks)
         return distribution.log_prob(actions), distribution.entropy()
 
@@ -417,18 +423,8 @@ def sample_masked_categorical(
     :param deterministic: the most likely action of each branch instead of a draw.
     :return: actions (batch,) for one branch or (batch, n_branches), and log-probabilities (batch,).
     """
-    logits = logits.reshape(-1, sum(branches))
-    masks = None
-    if action_masks is not None:
-        masks = th.as_tensor(action_masks, dtype=th.bool, device=logits.device).reshape(logits.shape)
     actions, log_probs = [], []
-    start = 0
-    for size in branches:
-        branch = logits[:, start : start + size]
-        branch = branch - branch.logsumexp(dim=-1, keepdim=True)
-        if masks is not None:
-            branch = branch.masked_fill(~masks[:, start : start + size], -1e8)
-        branch = branch - branch.logsumexp(dim=-1, keepdim=True)
+    for branch, _ in _masked_branch_logits(logits, branches, action_masks):
         probs = th.softmax(branch, dim=-1)
         if deterministic:
             action = th.argmax(probs, dim=1)
@@ -436,10 +432,69 @@ def sample_masked_categorical(
             action = th.multinomial(probs, 1, True).T.reshape(-1)
         actions.append(action)
         log_probs.append(branch.gather(-1, action.unsqueeze(-1)).squeeze(-1))
-        start += size
     if len(branches) == 1:
         return actions[0], log_probs[0]
     return th.stack(actions, dim=1), th.stack(log_probs, dim=1).sum(dim=1)
+
+
+def masked_categorical_log_prob_entropy(
+    logits: th.Tensor,
+    branches: list[int],
+    actions: th.Tensor,
+    action_masks: np.ndarray | th.Tensor | None = None,
+) -> tuple[th.Tensor, th.Tensor]:
+    """Log-probabilities of ``actions`` and entropies under sb3-contrib's maskable (multi-)categorical
+    distribution, with the same operations (so the same values and gradients) as its ``log_prob``
+    and ``entropy``, without building the distribution objects.
+
+    :param logits: (batch, sum of branches).
+    :param branches: size of each branch.
+    :param actions: (batch,) for one branch or (batch, n_branches), integer.
+    :param action_masks: True = allowed, (batch, sum of branches), or None.
+    :return: log-probabilities and entropies, (batch,) each.
+    """
+    per_branch = actions.reshape(-1, len(branches)).long().unbind(dim=1)
+    normalised = _masked_branch_logits(logits, branches, action_masks)
+    # log-probabilities of every branch first, then entropies: the distribution's order of
+    # operations, so that the gradients add up in the same order too
+    log_probs = [
+        branch.gather(-1, action.unsqueeze(-1)).squeeze(-1)
+        for (branch, _), action in zip(normalised, per_branch)
+    ]
+    entropies = []
+    for branch, mask in normalised:
+        probs = th.softmax(branch, dim=-1)
+        if mask is None:  # torch's Categorical.entropy
+            p_log_p = th.clamp(branch, min=th.finfo(branch.dtype).min) * probs
+        else:  # sb3-contrib's: masked-out entries contribute nothing
+            p_log_p = th.where(mask, branch * probs, th.zeros((), dtype=branch.dtype, device=branch.device))
+        entropies.append(-p_log_p.sum(-1))
+    if len(branches) == 1:
+        return log_probs[0], entropies[0]
+    return th.stack(log_probs, dim=1).sum(dim=1), th.stack(entropies, dim=1).sum(dim=1)
+
+
+def _masked_branch_logits(
+    logits: th.Tensor, branches: list[int], action_masks: np.ndarray | th.Tensor | None
+) -> list[tuple[th.Tensor, th.Tensor | None]]:
+    """Each branch's normalised log-probabilities as ``MaskableCategorical`` holds them (logits
+    normalised, masked-out entries set to -1e8, normalised again) and its mask (None: no mask)."""
+    logits = logits.reshape(-1, sum(branches))
+    masks = None
+    if action_masks is not None:
+        masks = th.as_tensor(action_masks, dtype=th.bool, device=logits.device).reshape(logits.shape)
+    out: list[tuple[th.Tensor, th.Tensor | None]] = []
+    start = 0
+    for size in branches:
+        branch = logits[:, start : start + size]
+        branch = branch - branch.logsumexp(dim=-1, keepdim=True)
+        mask = None
+        if masks is not None:
+            mask = masks[:, start : start + size]
+            branch = branch.masked_fill(~mask, -1e8)
+        out.append((branch - branch.logsumexp(dim=-1, keepdim=True), mask))
+        start += size
+    return out
 
 
 class POCACnnPolicy(POCAPolicy):
