@@ -117,3 +117,142 @@ class GoalLine(BaseEnv):
         if self.discrete:
             return ActionTuple(discrete=np.array([[1 if goal > 0 else 0]] * len(steps), dtype=np.int32))
         return ActionTuple(continuous=np.full((len(steps), 1), goal, dtype=np.float32))
+
+
+TEAM_BEHAVIOR = "1D"
+#: the goal of every agent comes from its own ``random.Random`` seeded with this string (Unity's
+#: ``SimpleEnvironment`` seeds with the ``str`` of its constructor arguments; with the defaults of
+#: ``test_simple_poca`` every agent draws the same sequence)
+_UNITY_SEED = "(['{name}'], 0.2, 0, 1, 0, (3, 20, 20), 1, (10, 5), {action_sizes})"
+
+
+class GoalLineTeam(BaseEnv):
+    """Unity's ``MultiAgentEnvironment`` (``simple_test_envs.py``, used by ``test_simple_poca``): a team of
+    ``num_agents`` :class:`GoalLine` agents in one group, with the group reward.
+
+    Each agent walks its own line towards its own goal (the observation, +-1). An agent that reaches
+    an end stops (its episode ends with reward ``min(-TIME_PENALTY, its end reward)`` and no group
+    reward) while the others go on; when the last one arrives, the team episode ends: that agent's
+    terminal step has reward 0 and the group reward ``success_reward * position * goal`` of *its*
+    end, and all agents start again. Quirks kept as Unity has them, so that both trainers see the
+    same stream: agent ids are the agent's index in every episode (reused), the group id is 1,
+    every agent's goal comes from its own generator seeded alike (see ``seed``), one agent's
+    episode restarts with a new goal when it ends (not when the team does), and when the team
+    episode ends on an agent with a lower index, the agents after it in the same step take one more
+    step with their last action (from 0: the team reset only marks them alive again).
+
+    ``final_rewards`` lists every end reward (one per agent per team episode, the last agent's
+    being the group reward) as Unity's ``final_rewards[name]``; ``agent_steps`` counts the moves made.
+
+    :param num_agents: agents in the team (Unity's test: 2).
+    :param discrete: one discrete branch of 2 (Unity's ``action_sizes=(0, 1)``) instead of one
+        continuous action (``(1, 0)``).
+    :param step_size: the largest move per step.
+    :param seed: seeds every agent's goal draws; ``None``: Unity's seed string for these settings.
+    """
+
+    def __init__(
+        self, num_agents: int = 2, discrete: bool = False, step_size: float = 0.2, seed: int | None = None
+    ) -> None:
+        self.num_agents = num_agents
+        self.discrete = discrete
+        self.step_size = step_size
+        self.success_reward = 1.0 + (int(1.0 / 0.2) + 1) * TIME_PENALTY  # Unity's constant
+        action_spec = ActionSpec.create_discrete((2,)) if discrete else ActionSpec.create_continuous(1)
+        obs = ObservationSpec((1,), (DimensionProperty.UNSPECIFIED,), ObservationType.DEFAULT, "goal")
+        self.spec = BehaviorSpec([obs], action_spec)
+        sizes = (0, 1) if discrete else (1, 0)
+        key = _UNITY_SEED.format(name=TEAM_BEHAVIOR, action_sizes=sizes) if seed is None else seed
+        self.randoms = [random.Random(key) for _ in range(num_agents)]
+        for rng in self.randoms:  # Unity draws twice in the constructor, once in its reset
+            rng.choice([-1, 1])
+            rng.choice([-1, 1])
+        self.goals = [rng.choice([-1, 1]) for rng in self.randoms]
+        self.positions = [0.0] * num_agents
+        self.dones = [False] * num_agents
+        self.just_died: set[int] = set()
+        self.actions: list[float | None] = [None] * num_agents
+        # per agent: (reward of its pending decision, its terminal (obs, reward, group_reward) or None)
+        self.pending: list[tuple[float, tuple[float, float, float] | None]] = [(0.0, None)] * num_agents
+        self.final_rewards: list[float] = []
+        self.agent_steps = 0
+
+    @property
+    def behavior_specs(self) -> BehaviorMapping:
+        return BehaviorMapping({TEAM_BEHAVIOR: self.spec})
+
+    def set_actions(self, behavior_name: str, action: ActionTuple) -> None:
+        row = 0
+        for i in range(self.num_agents):
+            if not self.dones[i]:
+                if self.discrete:
+                    self.actions[i] = 1.0 if int(action.discrete[row, 0]) else -1.0
+                else:
+                    self.actions[i] = float(action.continuous[row, 0])
+                row += 1
+
+    def set_action_for_agent(self, behavior_name: str, agent_id: int, action: ActionTuple) -> None:
+        pass  # as Unity's
+
+    def _move(self, i: int) -> bool:
+        action = self.actions[i]
+        assert action is not None
+        delta = min(max(action, -self.step_size), self.step_size)
+        self.positions[i] = min(max(self.positions[i] + delta, -1.0), 1.0)
+        self.agent_steps += 1
+        return self.positions[i] >= 1.0 or self.positions[i] <= -1.0
+
+    def _end_agent(self, i: int, reward: float, group_reward: float) -> None:
+        """Agent ``i``'s episode ends: its terminal step is kept, a new goal drawn, position 0."""
+        self.pending[i] = (0.0, (float(self.goals[i]), reward, group_reward))
+        self.goals[i] = self.randoms[i].choice([-1, 1])
+        self.positions[i] = 0.0
+
+    def step(self) -> None:
+        for i in range(self.num_agents):
+            if self.dones[i]:
+                continue
+            done = self._move(i)
+            reward = self.success_reward * self.positions[i] * self.goals[i] if done else -TIME_PENALTY
+            self.dones[i] = done
+            if done:
+                self.just_died.add(i)
+            if all(self.dones):
+                self._end_agent(i, 0.0, reward)
+                self.final_rewards.append(reward)
+                self.dones = [False] * self.num_agents
+            elif done:
+                self._end_agent(i, min(-TIME_PENALTY, reward), 0.0)
+                self.final_rewards.append(reward)
+            else:
+                self.pending[i] = (reward, None)
+
+    def get_steps(self, behavior_name: str) -> tuple[DecisionSteps, TerminalSteps]:
+        alive = [i for i in range(self.num_agents) if not self.dones[i]]
+        ended = [i for i in range(self.num_agents) if self.pending[i][1] is not None and i in self.just_died]
+        self.just_died.difference_update(ended)
+        terminals = [self.pending[i][1] for i in ended]
+        decision = DecisionSteps(
+            [np.array([[self.goals[i]] for i in alive], dtype=np.float32).reshape(len(alive), 1)],
+            np.array([self.pending[i][0] for i in alive], dtype=np.float32),
+            np.array(alive, dtype=np.int32),
+            [np.zeros((len(alive), 2), dtype=bool)] if self.discrete else None,
+            np.ones(len(alive), dtype=np.int32),
+            np.zeros(len(alive), dtype=np.float32),
+        )
+        terminal = TerminalSteps(
+            # Unity's sends no observation array at all when no agent ended
+            [np.array([t[0] for t in terminals], dtype=np.float32).reshape(len(ended), 1)] if ended else [],
+            np.array([t[1] for t in terminals], dtype=np.float32),
+            np.zeros(len(ended), dtype=bool),
+            np.array(ended, dtype=np.int32),
+            np.ones(len(ended), dtype=np.int32),
+            np.array([t[2] for t in terminals], dtype=np.float32),
+        )
+        return decision, terminal
+
+    def reset(self) -> None:
+        self.dones = [False] * self.num_agents  # as Unity's: positions and goals stay
+
+    def close(self) -> None:
+        pass
