@@ -4,7 +4,9 @@ The learner time of a run is its ``learn`` wall time minus the time spent inside
 ``step``/``reset`` (timed by a thin ``VecEnvWrapper``): acting, rollout bookkeeping, targets and
 updates. Each run is a fresh process (one torch thread) on an in-process scene with the settings
 of the learning benchmarks: Escape as ``poca_escape.py`` (12 agents, static guard) and Ball3D as
-``poca_ball3d.py`` (12 agents, groups of one). With ``--baseline DIR`` every POCA run is repeated
+``poca_ball3d.py`` (12 agents, groups of one). The same is reported in CPU time (the process's
+CPU seconds minus those spent in the env), which other jobs on a shared machine disturb far less
+than wall time. With ``--baseline DIR`` every POCA run is repeated
 with the ``unity_sb3`` of the source tree DIR (e.g. ``git worktree add /tmp/before <commit>``),
 the two interleaved round by round so that load on the machine hits both alike; the table gives
 medians over the rounds and the ratio baseline / this tree.
@@ -145,7 +147,8 @@ def main(argv: list[str] | None = None) -> None:
                 runs.setdefault((scene, algo, label), []).append(result)
                 print(
                     f"round {round_} {scene:6s} {algo} ({label}): "
-                    f"{result['learner_us_per_step']:.0f} us/agent-step learner, {result['learn_s']:.1f} s learn",
+                    f"{result['learner_us_per_step']:.0f} us/agent-step learner "
+                    f"({result['learner_cpu_us_per_step']:.0f} CPU), {result['learn_s']:.1f} s learn",
                     flush=True,
                 )
 
@@ -156,20 +159,21 @@ def main(argv: list[str] | None = None) -> None:
             "algo": algo,
             "tree": label,
             "learner us/agent-step": float(np.median([r["learner_us_per_step"] for r in results])),
+            "learner CPU us/agent-step": float(np.median([r["learner_cpu_us_per_step"] for r in results])),
             "learn s": float(np.median([r["learn_s"] for r in results])),
             "env s": float(np.median([r["env_s"] for r in results])),
         }
         rows.append(row)
     for row in rows:
-        same_scene = {
-            (r["algo"], r["tree"]): r["learner us/agent-step"] for r in rows if r["scene"] == row["scene"]
-        }
-        row["x PPO"] = row["learner us/agent-step"] / same_scene[("ppo", "this tree")]
-        if row["algo"] == "poca" and row["tree"] == "this tree" and ("poca", "baseline") in same_scene:
-            row["baseline / this"] = same_scene[("poca", "baseline")] / row["learner us/agent-step"]
+        for column, suffix in (("learner us/agent-step", ""), ("learner CPU us/agent-step", " (CPU)")):
+            same_scene = {(r["algo"], r["tree"]): r[column] for r in rows if r["scene"] == row["scene"]}
+            row["x PPO" + suffix] = row[column] / same_scene[("ppo", "this tree")]
+            if row["algo"] == "poca" and row["tree"] == "this tree" and ("poca", "baseline") in same_scene:
+                row["baseline / this" + suffix] = same_scene[("poca", "baseline")] / row[column]
+    columns = list(dict.fromkeys(key for row in rows for key in row))
     print_table(
         rows,
-        list(rows[0]),
+        columns,
         title=f"Learner time per agent-step, {args.steps} steps, medians of {args.rounds}",
     )
     path = write_results(
