@@ -34,6 +34,7 @@ meaning *allowed*. :meth:`BehaviorSpaces.action_masks` converts.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -236,7 +237,7 @@ class BehaviorSpaces:
             arr = _reshape_or_raise(arr, (n, self.continuous_size), "continuous actions")
         # one reduction instead of an elementwise check: the sum is finite unless a value is not
         # (or finite values overflow float32, which the full check then clears)
-        if not np.isfinite(np.add.reduce(arr, axis=None)) and not np.isfinite(arr).all():
+        if not math.isfinite(np.add.reduce(arr, axis=None)) and not np.isfinite(arr).all():
             raise ValueError("continuous actions contain NaN or infinite values; check the policy's outputs")
         return np.minimum(np.maximum(arr, -1.0), 1.0)
 

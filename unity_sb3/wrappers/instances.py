@@ -118,7 +118,10 @@ def _slice_actions(actions: Any, sl: slice) -> Any:
     return np.asarray(actions)[sl]
 
 
-_any = np.logical_or.reduce  # ndarray.any() without its Python-level wrapper (1-d bool arrays)
+#: Up to this many slots ending in one terminal batch are absorbed in scalar steps.
+_FEW_ENDED = 8
+# ndarray.any() / .all() without their Python-level wrappers (1-d bool arrays)
+_any, _all = np.logical_or.reduce, np.logical_and.reduce
 
 
 def _take(obs: Any, rows: np.ndarray) -> Any:
@@ -359,14 +362,16 @@ class InstancesMixin:
             if kept is not None:
                 # steady state: every slot's agent (or its successor) asks at the same row as last time
                 rows = inst.steady_rows
+                # slot i at row i: slices instead of row selections
+                at = slice(0, n) if inst.steady_identity else rows
                 if kept is inst.everyone:
-                    reward += dec.reward[rows]
-                    group_reward += dec.group_reward[rows]
+                    reward += dec.reward[at]
+                    group_reward += dec.group_reward[at]
                 else:  # slots re-bound just now get no reward for their agent's first decision
                     reward[kept] += dec.reward[rows[kept]]
                     group_reward[kept] += dec.group_reward[rows[kept]]
                 inst.rows, inst.identity = rows, inst.steady_identity
-                inst.group_id[:] = dec.group_id[rows]
+                inst.group_id[:] = dec.group_id[at]
                 converted = self.spaces.observations(dec.obs)
                 if inst.identity:
                     _put_slice(self._obs_buf, inst.slots, converted, n)
@@ -423,16 +428,33 @@ class InstancesMixin:
         if not pairs:
             return
         converted = self.spaces.observations(term.obs)
-        if len(pairs) == 1:  # the common case, in scalar steps
-            slot, j = pairs[0]
-            reward[slot] += term.reward[j]
-            group_reward[slot] += term.group_reward[j]
-            inst.group_id[slot] = term.group_id[j]
-            done[slot] = True
-            truncated[slot] = term.interrupted[j]
-            last = _copy(_row(converted, j))
-            terminal_obs[slot] = last
-            ended: Any = slot
+        if len(pairs) <= _FEW_ENDED:  # the common case: scalar steps beat a dozen row selections
+            rew, group_rew = term.reward.tolist(), term.group_reward.tolist()  # float32 values, exact
+            groups, interrupted = term.group_id.tolist(), term.interrupted.tolist()
+            group_id = inst.group_id
+            for slot, j in pairs:
+                reward[slot] += rew[j]  # a float32 sum, as with term.reward[j]
+                group_reward[slot] += group_rew[j]
+                group_id[slot] = groups[j]
+                done[slot] = True
+                truncated[slot] = interrupted[j]
+            if len(pairs) == 1:
+                slot, j = pairs[0]
+                last = _copy(_row(converted, j))
+                terminal_obs[slot] = last
+                ended: Any = slot
+            else:
+                slots = [p[0] for p in pairs]
+                ended = np.array(slots, dtype=np.int64)
+                if len(pairs) == len(term):  # every ended agent had a slot: no row selection
+                    last = _copy(converted)
+                else:
+                    last = _take(converted, np.array([p[1] for p in pairs], dtype=np.int64))
+                if isinstance(last, dict):
+                    for j, local in enumerate(slots):
+                        terminal_obs[local] = _row(last, j)
+                else:  # a row view each, as last[j]
+                    terminal_obs.update(zip(slots, last))
         else:
             slots = [p[0] for p in pairs]
             ended = np.array(slots, dtype=np.int64)
@@ -471,7 +493,7 @@ class InstancesMixin:
         if steady is None or len(ids) != len(steady):
             return None
         if inst.all_bound:
-            return inst.everyone if (ids == steady).all() else None
+            return inst.everyone if _all(ids == steady) else None
         return self._rebind_steady(inst, ids)
 
     def _rebind_steady(self, inst: _Instance, ids: np.ndarray) -> np.ndarray | None:
@@ -488,6 +510,8 @@ class InstancesMixin:
         """
         kept = inst.bound.copy()
         free = (~kept).nonzero()[0]
+        if len(free) == 1:  # one slot ended (the usual case with few agents): the same, in scalar steps
+            return self._rebind_one(inst, ids, kept, int(free[0]))
         free_rows = inst.steady_rows[free]
         moved = ids != inst.steady_ids
         moved[free_rows] = False
@@ -512,6 +536,27 @@ class InstancesMixin:
         inst.bound[free] = True
         for slot, agent_id in zip(free.tolist(), new_ids.tolist()):
             inst.slot_of[agent_id] = slot
+        inst.all_bound = True
+        return kept
+
+    def _rebind_one(self, inst: _Instance, ids: np.ndarray, kept: np.ndarray, slot: int) -> np.ndarray | None:
+        """:meth:`_rebind_steady` when ``slot`` is the only free slot. With one renewed row the order
+        check holds trivially, and the old agent differs from the new one by definition."""
+        row = int(inst.steady_rows[slot])
+        moved = ids != inst.steady_ids
+        moved[row] = False
+        if _any(moved):  # a bound slot's agent is not at its row any more
+            return None
+        new_id = int(ids[row])
+        if new_id != inst.previous[slot]:  # a new agent at the row
+            if len(ids) != inst.n:
+                return None
+            inst.steady_ids = np.array(ids, copy=True)
+        inst.agent[slot] = new_id
+        inst.previous[slot] = new_id
+        inst.had_agent[slot] = True
+        inst.bound[slot] = True
+        inst.slot_of[new_id] = slot
         inst.all_bound = True
         return kept
 
