@@ -131,8 +131,27 @@ def turn_factors(
 IDLE = {axis: turn_factors((np.zeros(1), np.ones(1)), (np.zeros(1), np.ones(1)), axis) for axis in _TURN}
 #: The same stacked (keep over mix, 20 rows), and the frame rows a turn reads in that order.
 IDLE_STACKED = {axis: np.concatenate(IDLE[axis]) for axis in _TURN}
-_QUAT_SIGNS = np.stack([_TURN[2][2], _TURN[0][2]])  # (2, 4, 1): the quaternion signs, z then x
+_Z_THEN_X = np.stack([_TURN[2][2], _TURN[0][2]])  # (2, 4, 1): the quaternion signs, z then x
+_X_THEN_Z = _Z_THEN_X[::-1].copy()
 _GATHER = {axis: np.concatenate(_TURN[axis][:2]) for axis in _TURN}
+
+
+def stacked_turn_factors(
+    s_half: np.ndarray, c_half: np.ndarray, s_full: np.ndarray, c_full: np.ndarray, signs: np.ndarray
+) -> np.ndarray:
+    """:func:`turn_factors` of two turns at once, keep over mix: shape (2, 20, n), the same values.
+
+    :param s_half: sines of half the angles of the two turns, shape (2, n); ``c_half`` their
+        cosines, ``s_full`` and ``c_full`` those of the angles.
+    :param signs: the two axes' quaternion signs, shape (2, 4, 1) (``_Z_THEN_X`` or ``_X_THEN_Z``).
+    """
+    factors = np.empty((2, 20, s_half.shape[1]))
+    factors[:, :4] = c_half[:, None]
+    factors[:, 4:10] = c_full[:, None]
+    np.multiply(signs, s_half[:, None], out=factors[:, 10:14])
+    factors[:, 14:17] = s_full[:, None]
+    np.negative(s_full[:, None], out=factors[:, 17:])
+    return factors
 
 
 def turn(frame: np.ndarray, factors: tuple[np.ndarray, np.ndarray], axis: int) -> None:
@@ -226,8 +245,9 @@ class _Work:
     episode start (``top``, ``spin_gain``).
     """
 
-    def __init__(self, frame: np.ndarray, pos: np.ndarray, spin: np.ndarray) -> None:
+    def __init__(self, frame: np.ndarray, pos: np.ndarray, vel: np.ndarray) -> None:
         n = frame.shape[1]
+        self.q_xz, self.vel_y = frame[0:3:2], vel[1]
         self.pos_col = pos[:, None, :]
         self.rot_y = frame[4:].reshape(3, 3, n)[:, 1]  # the cube's local y axis (its top face's normal)
         self.t33 = np.empty((3, 3, n))
@@ -292,7 +312,7 @@ class Ball3D(EmbeddedScene):
         self._spin = np.zeros((3, n))  # ball angular velocity (rad/s)
         self._radius = np.full(n, 0.5)
         self._fall = np.full(n, 9.81 * DT)  # velocity gained by falling for one step
-        self._work = _Work(self._frame, self._pos, self._spin)
+        self._work = _Work(self._frame, self._pos, self._vel)
         self._set_radius_terms()
         super().__init__(seed=seed, side_channels=side_channels, **params)
 
@@ -313,14 +333,20 @@ class Ball3D(EmbeddedScene):
         rng = self._rng
         frame = np.empty((FRAME_ROWS, m))
         frame[...] = LEVEL  # set level
-        for axis in (0, 2):  # Rotate(x, U(-10, 10)) then Rotate(z, U(-10, 10))
-            angle = rng.uniform(-10.0, 10.0, size=m) * RAD
-            half, full = (np.sin(angle / 2), np.cos(angle / 2)), (np.sin(angle), np.cos(angle))
-            turn(frame, turn_factors(half, full, axis), axis)
+        # Rotate(x, U(-10, 10)) then Rotate(z, U(-10, 10)): both angles drawn at once (the same
+        # draws in the same order as one call per axis)
+        angle = rng.uniform(-10.0, 10.0, size=(2, m)) * RAD
+        half = angle / 2
+        factors = stacked_turn_factors(np.sin(half), np.cos(half), np.sin(angle), np.cos(angle), _X_THEN_Z)
+        for i, axis in enumerate((0, 2)):
+            gathered = frame.take(_GATHER[axis], axis=0)
+            gathered *= factors[i]
+            frame[_TURN[axis][0]] = gathered[:10] + gathered[10:]  # turn(frame, factors, axis)
         self._frame[:, idx] = frame
-        self._pos[0, idx] = rng.uniform(-1.5, 1.5, size=m)
-        self._pos[1, idx] = START_HEIGHT
-        self._pos[2, idx] = rng.uniform(-1.5, 1.5, size=m)
+        start = np.empty((3, m))
+        start[0:3:2] = rng.uniform(-1.5, 1.5, size=(2, m))  # x, then z
+        start[1] = START_HEIGHT
+        self._pos[:, idx] = start
         self._vel[:, idx] = 0.0
         mass = self._param("mass", m)
         scale = self._param("scale", m)
@@ -335,27 +361,29 @@ class Ball3D(EmbeddedScene):
 
     def _advance(self, max_substeps: int) -> int:
         # the action holds for the whole interval: its turns' sines and cosines too
-        angle = DEG_PER_ACTION * RAD * np.clip(self._cont_action.T.astype(np.float64), -1.0, 1.0)
-        sines = (np.sin(angle / 2), np.cos(angle / 2), np.sin(angle), np.cos(angle))
+        work = self._work
+        angle = self._cont_action.T.astype(np.float64)  # DEG_PER_ACTION * RAD * np.clip(action, -1, 1)
+        np.maximum(angle, -1.0, out=angle)
+        np.minimum(angle, 1.0, out=angle)
+        angle *= DEG_PER_ACTION * RAD
+        half = angle / 2
+        sines = (np.sin(half), np.cos(half), np.sin(angle), np.cos(angle))
         # Fast path: no cube can reach the quaternion limit within the interval (a step moves a
         # component by less than 0.02), so every step applies the same turn: one product.
         step = turns = None
-        if np.abs(self._q[0:3:2]).max() + 0.02 * max_substeps < QUAT_LIMIT:
+        np.absolute(work.q_xz, out=work.xz)
+        if np.maximum.reduce(work.xz, axis=None) + 0.02 * max_substeps < QUAT_LIMIT:
             step = interval_turn(*sines)
         else:
-            s_half, c_half, s_full, c_full = sines
-            # turn_factors of both axes at once, keep over mix: (2, 20, n) for z then x
-            factors = np.empty((2, 20, angle.shape[1]))
-            factors[:, :4] = c_half[:, None]
-            factors[:, 4:10] = c_full[:, None]
-            np.multiply(_QUAT_SIGNS, s_half[:, None], out=factors[:, 10:14])
-            factors[:, 14:17] = s_full[:, None]
-            np.negative(s_full[:, None], out=factors[:, 17:])
+            factors = stacked_turn_factors(*sines, _Z_THEN_X)  # the factors of both axes, z then x
             # +1 turns up, -1 down, NaN not at all: a turn is allowed while sign * q < limit
             sign = np.where(angle > 0, 1.0, np.where(angle < 0, -1.0, np.nan))
             turns = [(2, sign[0], factors[0]), (0, sign[1], factors[1])]
-        pos, work = self._pos, self._work
-        steps_left = self.max_steps - int(self._step_count.max()) if self.max_steps > 0 else -1
+        pos = self._pos
+        steps_left = self.max_steps - int(np.maximum.reduce(self._step_count)) if self.max_steps > 0 else -1
+        # 0.1 per physics step while the ball stays: set once, as nothing else changes a reward
+        # before this loop returns (a lost ball or the step limit ends it)
+        self._reward.fill(0.1)
         for k in range(1, max_substeps + 1):
             if step is None:
                 self._act(turns)
@@ -374,7 +402,6 @@ class Ball3D(EmbeddedScene):
                 worst = np.maximum(np.maximum(side[0], side[1]), LOST_SIDE + LOST_BELOW - pos[1])
                 if worst.max() > LOST_SIDE:
                     lost = np.flatnonzero(worst > LOST_SIDE)
-            self._reward.fill(0.1)
             if len(lost):
                 self._reward[lost] = -1.0
                 self._finish(lost, False)
@@ -400,7 +427,9 @@ class Ball3D(EmbeddedScene):
         np.multiply(d, d, out=work.t3)
         dist = np.add.reduce(work.t3, axis=0, out=work.dist)
         np.sqrt(dist, out=dist)  # dist = np.sqrt((d * d).sum(axis=0))
-        if np.less(dist, 1e-9, out=work.over).any():  # a centre inside its cube: the general form
+        if np.logical_or.reduce(
+            np.less(dist, 1e-9, out=work.over)
+        ):  # a centre inside its cube: the general form
             normal, separation = sphere_box_contact(self._pos, rot, self._radius)
             work.sep[...] = separation
             return normal
@@ -421,10 +450,10 @@ class Ball3D(EmbeddedScene):
         for axis, sign, factors in turns:
             # allowed: (up & (q < limit)) | (down & (q > -limit)), as one product and compare
             np.multiply(q[axis], sign, out=work.signed)
-            if not np.less(work.signed, QUAT_LIMIT, out=work.allowed).all():
+            if not np.logical_and.reduce(np.less(work.signed, QUAT_LIMIT, out=work.allowed)):
                 factors = np.where(work.allowed, factors, IDLE_STACKED[axis])
             # turn(frame, (keep, mix), axis): frame[rows] * keep + frame[mixed] * mix
-            gathered = np.take(frame, _GATHER[axis], axis=0, out=work.gathered)
+            gathered = frame.take(_GATHER[axis], axis=0, out=work.gathered)
             gathered *= factors
             np.add(gathered[:10], gathered[10:], out=work.turned)
             frame[_TURN[axis][0]] = work.turned
@@ -439,7 +468,7 @@ class Ball3D(EmbeddedScene):
         """
         pos, vel, spin, work = self._pos, self._vel, self._spin, self._work
         t3, u3, sep = work.t3, work.u3, work.sep
-        vel[1] -= self._fall
+        np.subtract(work.vel_y, self._fall, out=work.vel_y)  # vel[1] -= fall
         spin *= SPIN_KEEP
         # local = (rot * pos[:, None, :]).sum(axis=0): the ball centres in the cube's axes
         np.multiply(self._rot, work.pos_col, out=work.t33)
@@ -496,7 +525,7 @@ class Ball3D(EmbeddedScene):
         scale: float | np.ndarray = FRICTION_SCALE
         size *= scale  # size = sqrt((slip * slip).sum(axis=0)) * scale
         limit = np.multiply(jn, FRICTION, out=work.limit)  # FRICTION * jn
-        if np.greater(size, limit, out=work.over).any():
+        if np.logical_or.reduce(np.greater(size, limit, out=work.over)):
             scale = scale * np.minimum(1.0, limit / np.maximum(size, 1e-12))
             gain = scale * 2.5 / self._radius
         else:
