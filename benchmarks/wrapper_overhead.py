@@ -14,25 +14,34 @@ Two transports:
 - ``player``: the stand-in Unity player over the real gRPC protocol, which costs what a real
   Unity build costs; the targets (>= 0.9 at 12 agents, >= 0.95 at 256) are meant for this one.
 
+With ``--baseline DIR`` (e.g. ``git worktree add /tmp/before COMMIT``) the whole measurement runs in
+separate processes, ``--repeats`` times for this source tree and for ``DIR``'s, alternating; the
+table gives each tree's median ratio and the range over its processes.
+
 Writes ``benchmarks/results/wrapper_overhead.json``.
 
 Usage::
 
     python benchmarks/wrapper_overhead.py [--agents 12 64 256] [--seconds 1.5] [--rounds 3]
-        [--transports inprocess player]
+        [--transports inprocess player] [--baseline DIR [--repeats 3]]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 import warnings
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+# where unity_sb3 is imported from: this tree, or the --baseline tree in its processes (ROOT_VARIABLE)
+sys.path.insert(0, os.environ.get("WRAPPER_OVERHEAD_ROOT", str(Path(__file__).resolve().parents[1])))
 
 import numpy as np
 
@@ -47,6 +56,7 @@ from unity_sb3.open import open_unity
 from unity_sb3.wrappers.vec_env import UnityVecEnv
 
 SCENE = "Ball3D"
+ROOT_VARIABLE = "WRAPPER_OVERHEAD_ROOT"
 
 
 class StepCounter:
@@ -152,6 +162,59 @@ def measure(transport: str, agents: int, seconds: float, rounds: int, worker_id:
         env.close()
 
 
+def _rows_of(root: Path, args: argparse.Namespace) -> list[dict]:
+    """The rows of one whole measurement in a process importing unity_sb3 from ``root`` (its player
+    processes too)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "rows.json"
+        argv = [sys.executable, __file__, "--rows-json", str(out), "--seconds", str(args.seconds)]
+        argv += ["--rounds", str(args.rounds), "--worker-id", str(args.worker_id)]
+        argv += ["--agents", *map(str, args.agents), "--transports", *args.transports]
+        path = os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])
+        subprocess.run(argv, env={**os.environ, ROOT_VARIABLE: str(root), "PYTHONPATH": path}, check=True)
+        return json.loads(out.read_text())
+
+
+def compare(args: argparse.Namespace) -> None:
+    """This tree against ``args.baseline``: ``args.repeats`` processes each, alternating."""
+    roots = {"after": Path(__file__).resolve().parents[1], "before": args.baseline.resolve()}
+    runs: dict[str, list[list[dict]]] = {side: [] for side in roots}
+    for _ in range(args.repeats):
+        for side, root in roots.items():
+            runs[side].append(_rows_of(root, args))
+    rows = []
+    for k, first in enumerate(runs["after"][0]):
+        row: dict = {"transport": first["transport"], "agents": first["agents"]}
+        for side in roots:
+            ratios = [run[k]["ratio"] for run in runs[side]]
+            row[f"{side}_ratio"] = statistics.median(ratios)
+            row[f"{side}_range"] = f"{min(ratios):.3f}-{max(ratios):.3f}"
+            row[f"{side}_ratios"] = ratios
+            row[f"{side}_raw_unity_steps_per_s"] = statistics.median(
+                run[k]["raw_unity_steps_per_s"] for run in runs[side]
+            )
+        rows.append(row)
+    columns = ["transport", "agents", "after_ratio", "after_range", "before_ratio", "before_range"]
+    columns += ["after_raw_unity_steps_per_s", "before_raw_unity_steps_per_s"]
+    print_table(
+        rows,
+        columns,
+        title=f"UnityVecEnv overhead on {SCENE}, this tree (after) vs {args.baseline} (before): "
+        f"median of {args.repeats} processes each (ratio = wrapped / raw)",
+    )
+    path = write_results(
+        "wrapper_overhead",
+        rows,
+        scene=SCENE,
+        seconds=args.seconds,
+        rounds=args.rounds,
+        repeats=args.repeats,
+        baseline=str(args.baseline),
+        targets={"12": 0.9, "256": 0.95},
+    )
+    print(f"wrote {path}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -161,8 +224,20 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=9, help="alternating raw/wrapped rounds (median)")
     parser.add_argument("--transports", nargs="+", default=["inprocess", "player"])
     parser.add_argument("--worker-id", type=int, default=41, help="port offset for the player")
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="also measure this source tree's UnityVecEnv",
+    )
+    parser.add_argument("--repeats", type=int, default=3, help="with --baseline: processes per tree")
+    parser.add_argument("--rows-json", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     warnings.filterwarnings("ignore", category=DeprecationWarning)
+    if args.baseline is not None:
+        compare(args)
+        return
     rows = []
     for transport in args.transports:
         for agents in args.agents:
@@ -173,6 +248,9 @@ def main() -> None:
                 f"wrapped {row['wrapped_unity_steps_per_s']:8.0f} Unity steps/s  ratio {row['ratio']:.3f}",
                 flush=True,
             )
+    if args.rows_json is not None:  # one process of --baseline's comparison
+        args.rows_json.write_text(json.dumps(rows))
+        return
     columns = [
         "transport",
         "clock",
