@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 import torch as th
+import yaml
 from sb3_contrib import RecurrentPPO as ContribRecurrentPPO
 from stable_baselines3.common.vec_env import VecMonitor
 
@@ -51,28 +52,58 @@ SETTINGS: dict[str, Any] = {
 }
 
 
-def make_model(policy: str, env, seed: int) -> ContribRecurrentPPO | RecurrentPPO | PPO:
+def make_model(
+    policy: str, env, seed: int, settings: dict[str, Any] | None = None
+) -> ContribRecurrentPPO | RecurrentPPO | PPO:
     """sb3-contrib's ``RecurrentPPO`` (LSTM of 64 after a 128 layer), the project's ``RecurrentPPO``
-    (ML-Agents' memory: 128 floats, sequences of 64) or ``PPO``, with the same settings."""
+    (ML-Agents' memory: 128 floats, sequences of 64) or ``PPO``, with the same settings.
+
+    :param settings: replaces :data:`SETTINGS` (``memory_size`` / ``sequence_length`` apply to
+        ``ppo_memory`` only, ``net_arch`` to ``ppo_memory`` and ``no_memory``).
+    """
+    settings = dict(SETTINGS if settings is None else settings)
+    memory = {
+        "memory_size": settings.pop("memory_size", 128),
+        "sequence_length": settings.pop("sequence_length", 64),
+    }
+    net_arch = settings.pop("net_arch", None)
     if policy == "ppo_memory":
-        return RecurrentPPO(
-            "MultiInputLstmPolicy", env, seed=seed, memory_size=128, sequence_length=64, **SETTINGS
-        )
+        kwargs = {"policy_kwargs": {"net_arch": net_arch}} if net_arch is not None else {}
+        return RecurrentPPO("MultiInputLstmPolicy", env, seed=seed, **memory, **kwargs, **settings)
     if policy == "memory":
         return ContribRecurrentPPO(
             "MultiInputLstmPolicy",
             env,
             seed=seed,
             policy_kwargs={"net_arch": [128], "lstm_hidden_size": 64},
-            **SETTINGS,
+            **settings,
         )
-    return PPO("MultiInputPolicy", env, seed=seed, policy_kwargs={"net_arch": [128, 64]}, **SETTINGS)
+    arch = [128, 64] if net_arch is None else net_arch
+    return PPO("MultiInputPolicy", env, seed=seed, policy_kwargs={"net_arch": arch}, **settings)
 
 
-def run(policy: str, seed: int, steps: int, move_step: float, max_steps: int, window: int) -> dict[str, Any]:
+def run(
+    policy: str,
+    seed: int,
+    steps: int,
+    move_step: float,
+    max_steps: int,
+    window: int,
+    num_agents: int = 8,
+    settings: dict[str, Any] | None = None,
+    shuffle_goals: bool = True,
+) -> dict[str, Any]:
     th.set_num_threads(1)
-    env = VecMonitor(UnityVecEnv(make_scene("Hallway", seed=seed, move_step=move_step, max_steps=max_steps)))
-    model = make_model(policy, env, seed)
+    scene = make_scene(
+        "Hallway",
+        seed=seed,
+        move_step=move_step,
+        max_steps=max_steps,
+        num_agents=num_agents,
+        shuffle_goals=shuffle_goals,
+    )
+    env = VecMonitor(UnityVecEnv(scene))
+    model = make_model(policy, env, seed, settings)
     recorder = EpisodeRecorder()
     start = time.perf_counter()
     model.learn(steps, callback=recorder)
@@ -103,12 +134,44 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--max-steps", type=int, default=1200, help="Hallway max_steps (academy steps; Unity: 3000)"
     )
+    parser.add_argument(
+        "--fixed-goals",
+        action="store_true",
+        help="Hallway shuffle_goals=False: symbol_O_Goal always on the right (a T-maze; Unity shuffles)",
+    )
+    parser.add_argument(
+        "--num-agents", type=int, default=8, help="Hallway num_agents (hallways, one agent each)"
+    )
+    parser.add_argument(
+        "--set",
+        nargs="+",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a training setting of every policy (YAML values), e.g. n_epochs=8 net_arch=[64,64] "
+        "memory_size=64 (memory_size / sequence_length: ppo_memory only)",
+    )
     parser.add_argument("--jobs", type=int, default=1, help="runs in parallel (one CPU thread each)")
     parser.add_argument("--window", type=int, default=10_000, help="steps per point of the curve")
     args = parser.parse_args(argv)
 
+    settings = dict(SETTINGS)
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep:
+            parser.error(f"--set takes KEY=VALUE, got {item!r}")
+        settings[key] = yaml.safe_load(value)
     tasks = [
-        (p, seed, args.steps, args.move_step, args.max_steps, args.window)
+        (
+            p,
+            seed,
+            args.steps,
+            args.move_step,
+            args.max_steps,
+            args.window,
+            args.num_agents,
+            settings,
+            not args.fixed_goals,
+        )
         for p in args.policies
         for seed in args.seeds
     ]

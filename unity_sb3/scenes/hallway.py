@@ -162,12 +162,15 @@ class Hallway(GridScene):
         "decision_period": 6,
         "stable_agent_ids": False,
         "move_step": MOVE_STEP,
+        "shuffle_goals": True,
     }
     PARAM_DOCS: ClassVar[dict[str, str]] = {
         "num_agents": "number of hallways, one agent each",
         "max_steps": "academy steps before an episode is interrupted (Unity's MaxStep); sets the -1/max_steps step cost",
         "decision_period": "academy steps per decision; the agent moves or turns once per decision",
         "move_step": "units walked per forward/backward decision (larger = shorter episodes, for small budgets)",
+        "shuffle_goals": "put the two goals on random sides each episode (Unity); false: symbol_O_Goal always "
+        "at x = +7 (a T-maze: the remembered symbol alone names the side, for small budgets)",
     }
 
     @classmethod
@@ -209,7 +212,10 @@ class Hallway(GridScene):
             [rng.uniform(-3.0, 3.0, size=m), -15.0 + rng.uniform(-5.0, 5.0, size=m)], axis=1
         )
         self._yaw[idx] = rng.uniform(0.0, 360.0, size=m)
-        self._o_goal_x[idx] = np.where(rng.integers(0, 2, size=m) == 0, GOAL_X, -GOAL_X)
+        goal_pos = rng.integers(0, 2, size=m)  # drawn either way: the rest of the episode stays the same
+        if not self.params["shuffle_goals"]:
+            goal_pos[:] = 0
+        self._o_goal_x[idx] = np.where(goal_pos == 0, GOAL_X, -GOAL_X)
         self._seen_symbol[idx] = False
 
     def _on_episode_end(self, idx: np.ndarray, interrupted: np.ndarray) -> None:
