@@ -32,7 +32,9 @@ that count when the mean of the last 5 end rewards (the test's criterion) first 
 ``wall s`` is the training call alone, one torch thread, each run a fresh process: ML-Agents'
 ``check_environment_trains`` (trainer and policy creation included), ours the env, model
 creation and ``learn``; ``CPU s`` is the process time of the same span (steadier than wall time
-on a loaded machine).
+on a loaded machine). Both import ``torch._dynamo`` before the clock starts (torch's first
+optimizer imports it: 2-3 s here, the same one-time cost of torch for both; ``--cold`` leaves it
+in); the JSON lists what else each run imported inside the clock.
 
     python benchmarks/poca_vs_mlagents.py --mlagents-python /tmp/mla_venv/bin/python \\
         --mlagents-src /tmp/mla_src --seeds 1337 0 1 2 3
@@ -106,6 +108,25 @@ def summarize(ends: list[tuple[int, float]], agent_steps: int, wall_s: float, cp
     }
 
 
+def _warm_up(cold: bool) -> float:
+    """Import ``torch._dynamo`` now unless ``cold``: torch's first optimizer imports it (2-3 s on a
+    loaded 2-core box), a one-time cost of torch that both trainers would pay inside the clock.
+
+    :return: the seconds the import took (0 when ``cold``).
+    """
+    if cold:
+        return 0.0
+    start = time.perf_counter()
+    import torch._dynamo  # noqa: F401
+
+    return time.perf_counter() - start
+
+
+def _imported_since(before: set[str]) -> list[str]:
+    """Package names (two levels) of the modules imported since ``before`` (a copy of ``sys.modules``' keys)."""
+    return sorted({".".join(name.split(".")[:2]) for name in set(sys.modules) - before})
+
+
 # ------------------------------------------------------------------ ML-Agents' side (its Python)
 def _import_unity_tests(src: Path) -> None:
     """Make Unity's test helpers under ``src`` importable as ``mlagents.trainers.tests`` (see the docstring)."""
@@ -126,7 +147,7 @@ def _import_unity_tests(src: Path) -> None:
     sys.modules[stand_in.__name__] = stand_in
 
 
-def run_mlagents(src: Path, seed: int, discrete: bool, budget: int) -> dict[str, Any]:
+def run_mlagents(src: Path, seed: int, discrete: bool, budget: int, cold: bool = False) -> dict[str, Any]:
     """Unity's ``test_simple_poca`` with its trainer, timed; counts kept in the env."""
     import contextlib
     import io
@@ -165,6 +186,8 @@ def run_mlagents(src: Path, seed: int, discrete: bool, budget: int) -> dict[str,
     env.step = step_and_record
     config = attr.evolve(poca_dummy_config(), max_steps=budget)
     log = io.StringIO()
+    warm_s = _warm_up(cold)
+    before = set(sys.modules)
     start, cpu_start = time.perf_counter(), time.process_time()
     with contextlib.redirect_stdout(log):
         try:
@@ -173,7 +196,12 @@ def run_mlagents(src: Path, seed: int, discrete: bool, budget: int) -> dict[str,
         except AssertionError:
             unity_assert = False
     wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
-    return {**summarize(ends, moves[0], wall, cpu), "unity_test_passed": unity_assert}
+    return {
+        **summarize(ends, moves[0], wall, cpu),
+        "unity_test_passed": unity_assert,
+        "warm_up_import_s": warm_s,
+        "imported_in_run": _imported_since(before),
+    }
 
 
 def check_env(src: Path, steps: int = 20_000) -> dict[str, Any]:
@@ -226,7 +254,7 @@ def check_env(src: Path, steps: int = 20_000) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------ our side (this project's Python)
-def run_ours(seed: int, discrete: bool, budget: int) -> dict[str, Any]:
+def run_ours(seed: int, discrete: bool, budget: int, cold: bool = False) -> dict[str, Any]:
     """``unity_sb3.POCA`` on ``GoalLineTeam`` with the mapped ML-Agents settings, timed."""
     import torch as th
     from stable_baselines3.common.callbacks import BaseCallback
@@ -258,6 +286,8 @@ def run_ours(seed: int, discrete: bool, budget: int) -> dict[str, Any]:
             self.seen += len(new)
             return self.scene.agent_steps < budget
 
+    warm_s = _warm_up(cold)
+    before = set(sys.modules)
     start, cpu_start = time.perf_counter(), time.process_time()
     scene = GoalLineTeam(2, discrete=discrete)
     env = UnityVecEnv(scene)
@@ -266,7 +296,12 @@ def run_ours(seed: int, discrete: bool, budget: int) -> dict[str, Any]:
     model.learn(total_timesteps=100 * budget, callback=Budget(scene))
     wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     env.close()
-    return {**summarize(ends, scene.agent_steps, wall, cpu), "sb3_timesteps": model.num_timesteps}
+    return {
+        **summarize(ends, scene.agent_steps, wall, cpu),
+        "sb3_timesteps": model.num_timesteps,
+        "warm_up_import_s": warm_s,
+        "imported_in_run": _imported_since(before),
+    }
 
 
 # ------------------------------------------------------------------ driver
@@ -312,26 +347,37 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--budget", type=int, default=3000, help="agent-steps per run (Unity's test: 3000)")
     parser.add_argument("--skip-check-env", action="store_true", help="do not compare the two envs first")
+    parser.add_argument(
+        "--cold",
+        action="store_true",
+        help="leave torch._dynamo's import (torch's first optimizer) inside the clock",
+    )
     parser.add_argument("--worker", choices=["mlagents", "ours", "check-env"], help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker == "mlagents":
         print(
-            json.dumps(run_mlagents(args.mlagents_src, args.seed, args.actions == ["discrete"], args.budget))
+            json.dumps(
+                run_mlagents(
+                    args.mlagents_src, args.seed, args.actions == ["discrete"], args.budget, args.cold
+                )
+            )
         )
         return
     if args.worker == "check-env":
         print(json.dumps(check_env(args.mlagents_src)))
         return
     if args.worker == "ours":
-        print(json.dumps(run_ours(args.seed, args.actions == ["discrete"], args.budget)))
+        print(json.dumps(run_ours(args.seed, args.actions == ["discrete"], args.budget, args.cold)))
         return
     if not args.mlagents_python or not args.mlagents_src:
         parser.error("--mlagents-python and --mlagents-src are required")
 
     head = _git_head()
     print(f"unity_sb3 at {head}; load average {os.getloadavg()}", flush=True)
-    common = ["--mlagents-src", str(args.mlagents_src), "--budget", str(args.budget)]
+    common = ["--mlagents-src", str(args.mlagents_src), "--budget", str(args.budget)] + (
+        ["--cold"] if args.cold else []
+    )
     env_check = None
     if not args.skip_check_env:
         env_check = _worker(args.mlagents_python, ["--worker", "check-env", *common])
@@ -385,6 +431,7 @@ def main(argv: list[str] | None = None) -> None:
         unity_sb3=head,
         budget=args.budget,
         seeds=args.seeds,
+        cold=args.cold,
         env_check=env_check,
         mlagents_python=args.mlagents_python,
         runs=runs,
