@@ -80,8 +80,8 @@ def cross(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def _cross5(a5: np.ndarray, b5: np.ndarray, out: np.ndarray, tmp: np.ndarray) -> None:
     """:func:`cross` of ``a``, ``b`` given with their rows x y z x y (shape (5, n)), into ``out``."""
-    np.multiply(a5[1:4], b5[2:5], out=out)
-    np.multiply(a5[2:5], b5[1:4], out=tmp)
+    np.multiply(a5[1:4], b5[2:5], out)
+    np.multiply(a5[2:5], b5[1:4], tmp)
     out -= tmp
 
 
@@ -148,9 +148,9 @@ def stacked_turn_factors(
     factors = np.empty((2, 20, s_half.shape[1]))
     factors[:, :4] = c_half[:, None]
     factors[:, 4:10] = c_full[:, None]
-    np.multiply(signs, s_half[:, None], out=factors[:, 10:14])
+    np.multiply(signs, s_half[:, None], factors[:, 10:14])
     factors[:, 14:17] = s_full[:, None]
-    np.negative(s_full[:, None], out=factors[:, 17:])
+    np.negative(s_full[:, None], factors[:, 17:])
     return factors
 
 
@@ -371,7 +371,7 @@ class Ball3D(EmbeddedScene):
         # Fast path: no cube can reach the quaternion limit within the interval (a step moves a
         # component by less than 0.02), so every step applies the same turn: one product.
         step = turns = None
-        np.absolute(work.q_xz, out=work.xz)
+        np.absolute(work.q_xz, work.xz)
         if np.maximum.reduce(work.xz, axis=None) + 0.02 * max_substeps < QUAT_LIMIT:
             step = interval_turn(*sines)
         else:
@@ -393,7 +393,7 @@ class Ball3D(EmbeddedScene):
             # OnActionReceived's check, on the positions left by the last physics step: a ball
             # is lost when max(|x|, |z|, 1 - y) > 3. First the cheap question whether any might be.
             lost = ()
-            np.absolute(work.pos_xz, out=work.side)
+            np.absolute(work.pos_xz, work.side)
             if (
                 np.maximum.reduce(work.side, axis=None) > LOST_SIDE
                 or LOST_SIDE + LOST_BELOW - np.minimum.reduce(work.pos_y) > LOST_SIDE
@@ -423,20 +423,18 @@ class Ball3D(EmbeddedScene):
         work, rot = self._work, self._rot
         d = np.maximum(local, -HALF, out=work.d)  # d = local - np.clip(local, -HALF, HALF)
         np.minimum(d, HALF, out=d)
-        np.subtract(local, d, out=d)
-        np.multiply(d, d, out=work.t3)
-        dist = np.add.reduce(work.t3, axis=0, out=work.dist)
-        np.sqrt(dist, out=dist)  # dist = np.sqrt((d * d).sum(axis=0))
-        if np.logical_or.reduce(
-            np.less(dist, 1e-9, out=work.over)
-        ):  # a centre inside its cube: the general form
+        np.subtract(local, d, d)
+        np.multiply(d, d, work.t3)
+        dist = np.add.reduce(work.t3, 0, None, work.dist)
+        np.sqrt(dist, dist)  # dist = np.sqrt((d * d).sum(axis=0))
+        if np.logical_or.reduce(np.less(dist, 1e-9, work.over)):  # a centre inside its cube: the general form
             normal, separation = sphere_box_contact(self._pos, rot, self._radius)
             work.sep[...] = separation
             return normal
-        np.divide(d, dist, out=d)
-        np.multiply(rot, work.d_row, out=work.t33)
-        normal = np.add.reduce(work.t33, axis=1, out=work.normal)  # (rot * (d / dist)[None]).sum(axis=1)
-        np.subtract(dist, self._radius, out=work.sep)
+        np.divide(d, dist, d)
+        np.multiply(rot, work.d_row, work.t33)
+        normal = np.add.reduce(work.t33, 1, None, work.normal)  # (rot * (d / dist)[None]).sum(axis=1)
+        np.subtract(dist, self._radius, work.sep)
         return normal
 
     def _act(self, turns: list[tuple[int, np.ndarray, np.ndarray]]) -> None:
@@ -449,63 +447,64 @@ class Ball3D(EmbeddedScene):
         q, frame, work = self._q, self._frame, self._work
         for axis, sign, factors in turns:
             # allowed: (up & (q < limit)) | (down & (q > -limit)), as one product and compare
-            np.multiply(q[axis], sign, out=work.signed)
-            if not np.logical_and.reduce(np.less(work.signed, QUAT_LIMIT, out=work.allowed)):
+            np.multiply(q[axis], sign, work.signed)
+            if not np.logical_and.reduce(np.less(work.signed, QUAT_LIMIT, work.allowed)):
                 factors = np.where(work.allowed, factors, IDLE_STACKED[axis])
             # turn(frame, (keep, mix), axis): frame[rows] * keep + frame[mixed] * mix
             gathered = frame.take(_GATHER[axis], axis=0, out=work.gathered)
             gathered *= factors
-            np.add(gathered[:10], gathered[10:], out=work.turned)
+            np.add(gathered[:10], gathered[10:], work.turned)
             frame[_TURN[axis][0]] = work.turned
 
     def _physics_step(self) -> None:
         """One PhysX step of every ball against its (already turned) cube.
 
-        Written as in-place numpy calls on preallocated buffers (``_Work``): at 12 agents a
-        step is a few dozen calls on tiny arrays, whose count and allocations are its cost.
+        Written as in-place numpy calls on preallocated buffers (``_Work``), ``out`` passed
+        positionally (a keyword costs more per call): at 12 agents a step is a few dozen calls on
+        tiny arrays, whose count and per-call overhead are its cost.
         Every value is computed by the same operations in the same order as the plain form
         given in the comments, so the results are the same bit for bit.
         """
         pos, vel, spin, work = self._pos, self._vel, self._spin, self._work
         t3, u3, sep = work.t3, work.u3, work.sep
-        np.subtract(work.vel_y, self._fall, out=work.vel_y)  # vel[1] -= fall
+        np.subtract(work.vel_y, self._fall, work.vel_y)  # vel[1] -= fall
         spin *= SPIN_KEEP
         # local = (rot * pos[:, None, :]).sum(axis=0): the ball centres in the cube's axes
-        np.multiply(self._rot, work.pos_col, out=work.t33)
-        local = np.add.reduce(work.t33, axis=0, out=work.local)
-        np.absolute(work.local_xz, out=work.xz)
+        np.multiply(self._rot, work.pos_col, work.t33)
+        local = np.add.reduce(work.t33, 0, None, work.local)
+        np.absolute(work.local_xz, work.xz)
         if np.maximum.reduce(work.xz, axis=None) <= HALF and np.minimum.reduce(work.local_y) > HALF:
             normal = work.rot_y  # every ball above its top face
-            np.subtract(work.local_y, work.top, out=sep)  # local[1] - (radius + HALF)
+            np.subtract(work.local_y, work.top, sep)  # local[1] - (radius + HALF)
             np.concatenate((normal, normal[:2]), out=work.n5)
         else:
             normal = self._contact(local)
             np.concatenate((normal, normal[:2]), out=work.n5)
         smallest = np.minimum.reduce(sep)
         if smallest >= CONTACT_OFFSET:  # no ball touches
-            np.multiply(vel, DT, out=t3)  # pos += vel * DT
+            np.multiply(vel, DT, t3)  # pos += vel * DT
             pos += t3
             return
-        np.multiply(vel, normal, out=t3)
-        vn = np.add.reduce(t3, axis=0, out=work.vn)  # (vel * normal).sum(axis=0)
+        np.multiply(vel, normal, t3)
+        vn = np.add.reduce(t3, 0, None, work.vn)  # (vel * normal).sum(axis=0)
         # kept velocity: no approach faster than closing the gap within the step (speculative
         # contact); a bounce only above the bounce threshold
         target = np.maximum(sep, 0.0, out=work.target)
         target *= -1.0 / DT
         if BOUNCINESS > 0:
             target = np.where((sep <= 0) & (vn < -BOUNCE_THRESHOLD), -BOUNCINESS * vn, target)
-        jn = np.subtract(target, vn, out=work.jn)  # impulse per unit mass
+        jn = np.subtract(target, vn, work.jn)  # impulse per unit mass
         np.maximum(jn, 0.0, out=jn)
         touching = True  # sep < CONTACT_OFFSET: every ball touches unless one is further
         if np.maximum.reduce(sep) >= CONTACT_OFFSET:
-            touching = np.less(sep, CONTACT_OFFSET, out=work.touching)
+            touching = np.less(sep, CONTACT_OFFSET, work.touching)
             jn *= touching
         # the velocity that moves the ball also pushes a penetration out (not kept)
         extra = None
         if smallest < 0:
             push = np.where(sep < 0, np.minimum(sep * (-BIAS / DT), MAX_DEPENETRATION), target)
             extra = np.maximum(push - vn, 0.0) * touching - jn
-        np.multiply(jn, normal, out=t3)  # vel += jn * normal
+        np.multiply(jn, normal, t3)  # vel += jn * normal
         vel += t3
         # friction at the contact point (-r n from the centre): the impulse -2/7 of its slip
         # stops it (a sphere's 1/m + r^2/I = 7/(2m)), within the friction cone; the same impulse
@@ -514,37 +513,37 @@ class Ball3D(EmbeddedScene):
         np.concatenate((spin, spin[:2]), out=work.a5)
         _cross5(work.a5, work.n5, t3, u3)  # cross(spin, normal)
         t3 *= self._radius
-        np.subtract(vel, t3, out=slip)  # slip = vel - cross(spin, normal) * radius
-        np.multiply(slip, normal, out=t3)
-        s1 = np.add.reduce(t3, axis=0, out=work.s1)
-        np.multiply(s1, normal, out=t3)
+        np.subtract(vel, t3, slip)  # slip = vel - cross(spin, normal) * radius
+        np.multiply(slip, normal, t3)
+        s1 = np.add.reduce(t3, 0, None, work.s1)
+        np.multiply(s1, normal, t3)
         slip -= t3  # slip -= (slip * normal).sum(axis=0) * normal
-        np.multiply(slip, slip, out=t3)
-        size = np.add.reduce(t3, axis=0, out=work.size)
-        np.sqrt(size, out=size)
+        np.multiply(slip, slip, t3)
+        size = np.add.reduce(t3, 0, None, work.size)
+        np.sqrt(size, size)
         scale: float | np.ndarray = FRICTION_SCALE
         size *= scale  # size = sqrt((slip * slip).sum(axis=0)) * scale
-        limit = np.multiply(jn, FRICTION, out=work.limit)  # FRICTION * jn
-        if np.logical_or.reduce(np.greater(size, limit, out=work.over)):
+        limit = np.multiply(jn, FRICTION, work.limit)  # FRICTION * jn
+        if np.logical_or.reduce(np.greater(size, limit, work.over)):
             scale = scale * np.minimum(1.0, limit / np.maximum(size, 1e-12))
             gain = scale * 2.5 / self._radius
         else:
             gain = work.spin_gain  # FRICTION_SCALE * 2.5 / radius
-        np.multiply(slip, scale, out=t3)
+        np.multiply(slip, scale, t3)
         vel -= t3  # vel -= slip * scale
         np.concatenate((slip, slip[:2]), out=work.a5)
         _cross5(work.n5, work.a5, t3, u3)  # cross(normal, slip)
         t3 *= gain
         spin += t3
-        np.multiply(spin, spin, out=t3)
-        speed2 = np.add.reduce(t3, axis=0, out=work.speed2)  # (spin * spin).sum(axis=0)
+        np.multiply(spin, spin, t3)
+        speed2 = np.add.reduce(t3, 0, None, work.speed2)  # (spin * spin).sum(axis=0)
         if np.maximum.reduce(speed2) > MAX_ANGULAR_VELOCITY**2:
             spin *= np.minimum(1.0, MAX_ANGULAR_VELOCITY / np.sqrt(np.maximum(speed2, 1e-24)))
         if extra is None:
-            np.multiply(vel, DT, out=t3)  # pos += vel * DT
+            np.multiply(vel, DT, t3)  # pos += vel * DT
         else:
-            np.multiply(extra, normal, out=u3)  # pos += (vel + extra * normal) * DT
-            np.add(vel, u3, out=t3)
+            np.multiply(extra, normal, u3)  # pos += (vel + extra * normal) * DT
+            np.add(vel, u3, t3)
             t3 *= DT
         pos += t3
 
