@@ -359,7 +359,12 @@ class InstancesMixin:
                 self._absorb_terminal(inst, term, reward, group_reward, done, truncated, terminal_obs)
             inst.dec = dec
             ids = dec.agent_id
-            kept = self._steady_match(inst, ids)
+            if len(ids) == 0:  # nobody of this behavior asks (between decisions): step on
+                inst.rows = inst.none_asking
+                inst.identity = False
+                self._answer_others(inst)
+                continue
+            kept = self._steady_match(inst, ids)  # (never steady on an empty batch: steady_ids are not)
             if kept is not None:
                 # steady state: every slot's agent (or its successor) asks at the same row as last time
                 rows = inst.steady_rows
@@ -379,11 +384,6 @@ class InstancesMixin:
                 else:
                     _put(self._obs_buf, inst.slots, _take(converted, rows))
                 return _StepResult(reward, group_reward, done, truncated, terminal_obs)
-            if len(ids) == 0:  # nobody of this behavior asks (between decisions): step on
-                inst.rows = inst.none_asking
-                inst.identity = False
-                self._answer_others(inst)
-                continue
             rows = match_ids(inst.agent, inst.bound, ids)
             found = rows >= 0
             if found.any():
