@@ -12,10 +12,18 @@ carries the symbol in where it walks.
 
     python benchmarks/hallway_memory.py                          # 3 seeds x 2 policies
     python benchmarks/hallway_memory.py --steps 50000 --seeds 0 --policies memory
+    # the shipped ppo_memory settings (unity_sb3/config/hyperparams/ppo_memory.yml) against PPO:
+    python benchmarks/hallway_memory.py --policies ppo_memory no_memory --steps 300000 \
+        --move-step 3 --max-steps 600 --fixed-goals --jobs 2 \
+        --set batch_size=128 n_epochs=3 ent_coef=0.03 "net_arch=[128,128]"
 
 ``--move-step`` shortens the walk (units per forward decision; Unity-like default 1.0, the
 benchmark uses 2.0) and ``--max-steps`` the episodes (Unity's 3000, the benchmark 1200: 200
-decisions, the expert needs about 30) so that runs fit a small budget. Writes ``benchmarks/results/hallway_memory.json``.
+decisions, the expert needs about 30) so that runs fit a small budget; ``--fixed-goals`` keeps the
+goals on their sides (the scene's ``shuffle_goals=False``: a T-maze, the symbol alone names the
+side; Unity shuffles them, so the policy must match the remembered symbol to the goal it sees);
+``--set`` replaces training settings of every policy (``net_arch`` for both, ``memory_size`` /
+``sequence_length`` for ``ppo_memory``). Writes ``benchmarks/results/hallway_memory.json``.
 """
 
 from __future__ import annotations
@@ -200,7 +208,8 @@ def main(argv: list[str] | None = None) -> None:
     print_table(
         summary,
         ["policy", "seeds", "success rate (mean)", "min", "max", "return (mean)", "seconds per run"],
-        title=f"Hallway (move_step {args.move_step}, max_steps {args.max_steps}), {args.steps} steps per run; success = right goal, "
+        title=f"Hallway (move_step {args.move_step}, max_steps {args.max_steps}, shuffle_goals "
+        f"{not args.fixed_goals}), {args.steps} steps per run, settings {settings}; success = right goal, "
         "over the episodes of the last 20% of training",
     )
     path = write_results("hallway_memory", rows, summary=summary, settings=vars(args))
