@@ -6,7 +6,8 @@ and records the mean episode return in the last 20% of training. ``attention`` e
 ``BufferSensor`` observation (20, 22) with ML-Agents' entity embedding and residual
 self-attention (``entities="attention"``, the default); ``flatten`` pads and flattens it into
 440 inputs (``entities="flatten"``). Everything else is the same (the shipped ``Sorter`` entry of
-``config/hyperparams/ppo.yml``). Prints a table, writes ``benchmarks/results/sorter_attention.json``.
+``config/hyperparams/ppo.yml``). Prints a table, writes ``benchmarks/results/sorter_attention.json``
+(``sorter_attention_tiles<N>.json`` for ``--num-tiles N`` other than 2).
 
     python benchmarks/sorter_attention.py                       # 3 seeds x 2 encoders, 120k steps, 1-2 tiles
     python benchmarks/sorter_attention.py --steps 80000 --seeds 0 --encoders attention
@@ -128,7 +129,8 @@ def main(argv: list[str] | None = None) -> None:
         title=f"Sorter, 1-{args.num_tiles} tiles, {args.steps} steps per run; return = mean episode return "
         "in the last 20% of training (1-2 tiles: expert 1.39, random -0.52)",
     )
-    path = write_results("sorter_attention", rows, summary=summary, settings=vars(args))
+    name = "sorter_attention" if args.num_tiles == 2 else f"sorter_attention_tiles{args.num_tiles}"
+    path = write_results(name, rows, summary=summary, settings=vars(args))
     print(f"wrote {path}")
 
 
