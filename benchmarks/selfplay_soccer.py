@@ -25,7 +25,7 @@ current team (frozen, sampling) against a random team at ``K - 1`` evenly spaced
 them; the evaluations draw from torch's RNG, so a run with them is not step-for-step the run without),
 and ``--save-dir`` keeps the model at each of those points.
 
-    python benchmarks/selfplay_soccer.py --seeds 0 1 2 --timesteps 300000 --fields 8 --ball-touch 1 --n-steps 128 --jobs 3
+    python benchmarks/selfplay_soccer.py --seeds 0 1 2 --timesteps 1000000 --fields 8 --ball-touch 1 --n-steps 128 --evals 8 --jobs 3
 
 Writes ``benchmarks/results/<name>.{json,png}`` (the ELO curves) and prints a table.
 """
