@@ -9,6 +9,7 @@ the player's final reward plus its group reward (an interrupted game is a draw).
 from __future__ import annotations
 
 import argparse
+import time
 from typing import Any
 
 # isort: off
@@ -73,7 +74,8 @@ class EloRecorder(BaseCallback):
     :param every: learner steps between two records.
     :param snapshot_at: learner step after which the earlier policy is kept (``None``: none).
     :param vec_normalize: the model's ``VecNormalize``, whose statistics go with the snapshot.
-    :param verbose: 1 prints each record (ELO as it goes).
+    :param verbose: 1 prints each record (ELO as it goes, with seconds since the first step).
+    :param label: printed before each record (which run it is, when several run in parallel).
     """
 
     def __init__(
@@ -83,8 +85,11 @@ class EloRecorder(BaseCallback):
         snapshot_at: int | None = None,
         vec_normalize: Any = None,
         verbose: int = 0,
+        label: str = "",
     ) -> None:
         super().__init__(verbose)
+        self.label = label
+        self._start: float | None = None
         self.self_play = self_play
         self.every = every
         self.snapshot_at = snapshot_at
@@ -95,6 +100,8 @@ class EloRecorder(BaseCallback):
         self._next = every
 
     def _on_step(self) -> bool:
+        if self._start is None:
+            self._start = time.perf_counter()
         if self.snapshot_at is not None and self.snapshot is None and self.num_timesteps >= self.snapshot_at:
             self.snapshot = policy_weights(self.model, self.vec_normalize)
             self.snapshot_step = int(self.num_timesteps)
@@ -102,7 +109,11 @@ class EloRecorder(BaseCallback):
             self.points.append((int(self.num_timesteps), float(self.self_play.elo)))
             self._next += self.every
             if self.verbose:
-                print(f"step {self.num_timesteps:>8}  ELO {self.self_play.elo:8.1f}", flush=True)
+                seconds = time.perf_counter() - self._start
+                print(
+                    f"{self.label}step {self.num_timesteps:>8}  ELO {self.self_play.elo:8.1f}  {seconds:6.0f} s",
+                    flush=True,
+                )
         return True
 
 

@@ -94,11 +94,19 @@ def run(
         device="cpu",
     )
     recorder = EloRecorder(
-        self_play, every=max(timesteps // 30, 1), snapshot_at=int(early * timesteps), vec_normalize=env
+        self_play,
+        every=max(timesteps // 30, 1),
+        snapshot_at=int(early * timesteps),
+        vec_normalize=env,
+        verbose=1,
+        label=f"seed {seed}: ",
     )
     start = time.perf_counter()
     model.learn(timesteps, callback=[self_play, recorder])
     seconds = time.perf_counter() - start
+    print(
+        f"seed {seed}: trained {model.num_timesteps} steps in {seconds:.0f} s, playing the games", flush=True
+    )
     spec = view_spec(unity.unity_envs[0], "Tennis")
     final = policy_player(model, spec, weights=policy_weights(model, env), deterministic=False)
     earlier = policy_player(model, spec, weights=recorder.snapshot, deterministic=False)
