@@ -255,7 +255,8 @@ def monitor_episodes(path) -> np.ndarray:
 
 @pytest.mark.slow
 def test_shipped_ppo_memory_settings_use_the_symbol(tmp_path):
-    """`unity-sb3 train --env Hallway --algo ppo_memory` (the shipped variant, 300k steps, seed 0):
+    """`unity-sb3 train --env Hallway --algo ppo_memory` (the shipped variant and settings, seed 0,
+    300k steps of the shipped 500k; measured 0.75 here, 0.86 at 500k):
     the right goal in more than SHIPPED_SUCCESS of the episodes of the last 20% of training, where a
     policy without memory gets about half (RESULTS.md: "Memory vs no memory on Hallway")."""
     from unity_sb3.cli import main
@@ -271,7 +272,7 @@ def test_shipped_ppo_memory_settings_use_the_symbol(tmp_path):
         "--results-dir",
         str(tmp_path),
     ]
-    assert main([*args, "--no-progress", "--transport", "inprocess"]) == 0
+    assert main([*args, "--n-timesteps", "300000", "--no-progress", "--transport", "inprocess"]) == 0
     episodes = monitor_episodes(tmp_path / "Hallway_ppo_memory" / "monitor.csv")
     ended_at = np.cumsum(episodes[:, 1])  # agent-steps when each episode ended (as the benchmark counts)
     tail = episodes[ended_at > 0.8 * ended_at[-1], 0]
