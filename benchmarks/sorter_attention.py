@@ -14,7 +14,9 @@ self-attention (``entities="attention"``, the default); ``flatten`` pads and fla
 
 Reference returns (scene's expert_actions and uniform random actions over 3000 decisions of 8
 arenas): 1-2 tiles (the default, Unity's first curriculum lesson): expert 1.39, random -0.52;
-1-4 tiles: expert 2.23, random -0.81.
+1-4 tiles (Unity's second lesson): expert 2.23, random -0.81; 1 tile (from RESULTS.md): expert
+0.93, random -0.46. ``benchmarks/sorter_probe.py`` measures the encoders' read-out of the next tile
+without RL.
 """
 
 from __future__ import annotations
@@ -39,6 +41,12 @@ from unity_sb3.networks.extractors import UnityMultiInputExtractor
 from unity_sb3.scenes import make_scene
 
 ENCODERS = ("attention", "flatten")
+#: Reference returns by ``--num-tiles`` (the docstring's expert and random runs).
+REFERENCES = {
+    1: "expert 0.93, random -0.46",
+    2: "expert 1.39, random -0.52",
+    4: "expert 2.23, random -0.81",
+}
 
 
 def make_model(encoder: str, env, seed: int) -> PPO:
@@ -127,7 +135,7 @@ def main(argv: list[str] | None = None) -> None:
         summary,
         ["encoder", "seeds", "final return (mean)", "min", "max", "seconds per run"],
         title=f"Sorter, 1-{args.num_tiles} tiles, {args.steps} steps per run; return = mean episode return "
-        "in the last 20% of training (1-2 tiles: expert 1.39, random -0.52)",
+        f"in the last 20% of training ({REFERENCES.get(args.num_tiles, 'no reference measured')})",
     )
     name = "sorter_attention" if args.num_tiles == 2 else f"sorter_attention_tiles{args.num_tiles}"
     path = write_results(name, rows, summary=summary, settings=vars(args))
