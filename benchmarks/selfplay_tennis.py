@@ -14,7 +14,10 @@ After training the final policy (frozen, sampling its actions as ML-Agents' poli
 (``unity_sb3.selfplay.matches.play_matches``, as ``unity-sb3 eval --opponent`` plays them). A point is won or lost
 as ML-Agents' ghost trainer reads it: the sign of the final reward (+1 / -1, Tennis has no draw).
 
-    python benchmarks/selfplay_tennis.py --seeds 0 1 2 --timesteps 150000 --jobs 3
+    python benchmarks/selfplay_tennis.py --seeds 0 1 2 --timesteps 800000 --learning-rate 1e-3 --n-steps 128 --games 400 --jobs 3
+
+(benchmarks/RESULTS.md's run: every seed of 3 beats random play and its 160k self; the defaults are
+Unity's learning rate and rollout, which did not learn at 150k.)
 
 Writes ``benchmarks/results/<name>.{json,png}`` (the ELO curves) and prints a table.
 """
