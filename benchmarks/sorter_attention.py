@@ -49,8 +49,12 @@ REFERENCES = {
 }
 
 
-def make_model(encoder: str, env, seed: int) -> PPO:
-    """PPO with the shipped Sorter settings (``config/hyperparams/ppo.yml``) and ``encoder`` for the tiles."""
+def make_model(encoder: str, env, seed: int, separate: bool = False) -> PPO:
+    """PPO with the shipped Sorter settings (``config/hyperparams/ppo.yml``) and ``encoder`` for the tiles.
+
+    :param separate: actor and critic each get their own encoder (ML-Agents' layout) instead of one
+        shared features extractor (SB3's default for PPO).
+    """
     return PPO(
         "MultiInputPolicy",
         env,
@@ -66,16 +70,19 @@ def make_model(encoder: str, env, seed: int) -> PPO:
             "net_arch": [128, 128],
             "features_extractor_class": UnityMultiInputExtractor,
             "features_extractor_kwargs": {"entities": encoder},
+            "share_features_extractor": not separate,
         },
     )
 
 
-def run(encoder: str, seed: int, steps: int, num_tiles: int, window: int) -> dict[str, Any]:
+def run(
+    encoder: str, seed: int, steps: int, num_tiles: int, window: int, separate: bool = False
+) -> dict[str, Any]:
     th.set_num_threads(1)
     env = VecMonitor(UnityVecEnv(make_scene("Sorter", seed=seed, num_tiles=num_tiles)))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the flatten run's "pads and flattens" warning
-        model = make_model(encoder, env, seed)
+        model = make_model(encoder, env, seed, separate)
     recorder = EpisodeRecorder()
     start = time.perf_counter()
     model.learn(steps, callback=recorder)
@@ -103,10 +110,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--num-tiles", type=int, default=2, help="most tiles per episode (1-20)")
     parser.add_argument("--jobs", type=int, default=1, help="runs in parallel (one CPU thread each)")
     parser.add_argument("--window", type=int, default=5_000, help="steps per point of the curve")
+    parser.add_argument(
+        "--separate-extractors",
+        action="store_true",
+        help="actor and critic each with their own encoder, as ML-Agents (default: one shared)",
+    )
     args = parser.parse_args(argv)
 
     tasks = [
-        (encoder, seed, args.steps, args.num_tiles, args.window)
+        (encoder, seed, args.steps, args.num_tiles, args.window, args.separate_extractors)
         for encoder in args.encoders
         for seed in args.seeds
     ]
@@ -138,6 +150,8 @@ def main(argv: list[str] | None = None) -> None:
         f"in the last 20% of training ({REFERENCES.get(args.num_tiles, 'no reference measured')})",
     )
     name = "sorter_attention" if args.num_tiles == 2 else f"sorter_attention_tiles{args.num_tiles}"
+    if args.separate_extractors:
+        name += "_separate"
     path = write_results(name, rows, summary=summary, settings=vars(args))
     print(f"wrote {path}")
 
