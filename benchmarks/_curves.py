@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -77,8 +78,12 @@ def plot_curves(
             continue
         values = np.array([[np.nan if v is None else v for v in curve] for curve in seeds], dtype=float)
         x = (np.arange(values.shape[1]) + 1) * window
-        ax.plot(x, np.nanmean(values, axis=0), label=f"{label} (n={len(seeds)})")
-        ax.fill_between(x, np.nanmin(values, axis=0), np.nanmax(values, axis=0), alpha=0.2)
+        with warnings.catch_warnings():
+            # A window where no seed has a value (no episode ended, no ELO yet) stays a gap.
+            warnings.simplefilter("ignore", RuntimeWarning)
+            mean, low, high = (f(values, axis=0) for f in (np.nanmean, np.nanmin, np.nanmax))
+        ax.plot(x, mean, label=f"{label} (n={len(seeds)})")
+        ax.fill_between(x, low, high, alpha=0.2)
     if hline is not None:
         ax.axhline(hline, color="gray", linestyle=":", linewidth=1)
     ax.set_xlabel("training steps (all agents)")
