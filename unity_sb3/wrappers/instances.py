@@ -429,7 +429,23 @@ class InstancesMixin:
         if not pairs:
             return
         converted = self.spaces.observations(term.obs)
-        if len(pairs) <= _FEW_ENDED:  # the common case: scalar steps beat a dozen row selections
+        if len(pairs) == 1:  # the usual case
+            slot, j = pairs[0]
+            ended: Any = slot
+            last = _copy(_row(converted, j))
+            terminal_obs[slot] = last
+        else:
+            slots = [p[0] for p in pairs]
+            ended = np.array(slots, dtype=np.int64)
+            every = len(pairs) == len(term)  # every ended agent had a slot (the usual case): no row selection
+            term_rows: Any = slice(None) if every else np.array([p[1] for p in pairs], dtype=np.int64)
+            last = _copy(converted) if every else _take(converted, term_rows)
+            if isinstance(last, dict):
+                for j, local in enumerate(slots):
+                    terminal_obs[local] = _row(last, j)
+            else:  # a row view each, as last[j]
+                terminal_obs.update(zip(slots, last))
+        if len(pairs) <= _FEW_ENDED:  # scalar steps beat a dozen row selections
             rew, group_rew = term.reward.tolist(), term.group_reward.tolist()  # float32 values, exact
             groups, interrupted = term.group_id.tolist(), term.interrupted.tolist()
             group_id = inst.group_id
@@ -439,45 +455,12 @@ class InstancesMixin:
                 group_id[slot] = groups[j]
                 done[slot] = True
                 truncated[slot] = interrupted[j]
-            if len(pairs) == 1:
-                slot, j = pairs[0]
-                last = _copy(_row(converted, j))
-                terminal_obs[slot] = last
-                ended: Any = slot
-            else:
-                slots = [p[0] for p in pairs]
-                ended = np.array(slots, dtype=np.int64)
-                if len(pairs) == len(term):  # every ended agent had a slot: no row selection
-                    last = _copy(converted)
-                else:
-                    last = _take(converted, np.array([p[1] for p in pairs], dtype=np.int64))
-                if isinstance(last, dict):
-                    for j, local in enumerate(slots):
-                        terminal_obs[local] = _row(last, j)
-                else:  # a row view each, as last[j]
-                    terminal_obs.update(zip(slots, last))
-        else:
-            slots = [p[0] for p in pairs]
-            ended = np.array(slots, dtype=np.int64)
-            if len(pairs) == len(term):  # every ended agent had a slot (the usual case): no row selection
-                reward[ended] += term.reward
-                group_reward[ended] += term.group_reward
-                inst.group_id[ended] = term.group_id
-                truncated[ended] = term.interrupted
-                last = _copy(converted)
-            else:
-                term_rows = np.array([p[1] for p in pairs], dtype=np.int64)
-                reward[ended] += term.reward[term_rows]
-                group_reward[ended] += term.group_reward[term_rows]
-                inst.group_id[ended] = term.group_id[term_rows]
-                truncated[ended] = term.interrupted[term_rows]
-                last = _take(converted, term_rows)
+        else:  # more than _FEW_ENDED pairs: ``term_rows`` is set above
+            reward[ended] += term.reward[term_rows]
+            group_reward[ended] += term.group_reward[term_rows]
+            inst.group_id[ended] = term.group_id[term_rows]
+            truncated[ended] = term.interrupted[term_rows]
             done[ended] = True
-            if isinstance(last, dict):
-                for j, local in enumerate(slots):
-                    terminal_obs[local] = _row(last, j)
-            else:  # a row view each, as last[j]
-                terminal_obs.update(zip(slots, last))
         # placeholder until a new agent takes the slot: the terminal observation
         _put(self._obs_buf, inst.start + ended, last)
         inst.bound[ended] = False
