@@ -54,12 +54,10 @@ from unity_sb3.wrappers._steps import StepReader
 from unity_sb3.wrappers.behavior import choose_behavior
 
 from mlagents_envs.base_env import ActionTuple, BaseEnv, DecisionSteps  # isort: skip
-from unity_sb3.wrappers.instances import EnvSource, InstancesMixin, _Instance, _slice_actions
+from unity_sb3.wrappers.instances import EnvSource, InstancesMixin, _all, _any, _Instance, _slice_actions
 from unity_sb3.wrappers.restarts import RestartMixin, RestartPolicy
 
 OtherBehaviors = Callable[[str, DecisionSteps], ActionTuple | None]
-# ndarray.any() / .all() without their Python-level wrappers (1-d arrays)
-_any, _all = np.logical_or.reduce, np.logical_and.reduce
 
 
 class _SlotView:
