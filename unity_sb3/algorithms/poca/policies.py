@@ -35,6 +35,7 @@ from stable_baselines3.common.type_aliases import PyTorchObs, Schedule
 from torch import nn
 
 from unity_sb3.algorithms.distributions import (
+    MASKED_LOGIT,
     HybridDistribution,
     action_layout,
     flat_action_space,
@@ -413,7 +414,7 @@ def sample_masked_categorical(
 
     The same numbers, in the same order of random draws, as building ``MaskableCategorical``
     (one per branch), masking it and calling ``get_actions`` then ``log_prob``: logits normalised,
-    masked-out entries set to -1e8, normalised again; one ``multinomial`` draw per branch. Without
+    masked-out entries set to ``MASKED_LOGIT``, normalised again; one ``multinomial`` draw per branch. Without
     the distribution objects, whose construction and argument checks cost several times the
     actor's forward pass at every step.
 
@@ -478,7 +479,7 @@ def _masked_branch_logits(
     logits: th.Tensor, branches: list[int], action_masks: np.ndarray | th.Tensor | None
 ) -> list[tuple[th.Tensor, th.Tensor | None]]:
     """Each branch's normalised log-probabilities as ``MaskableCategorical`` holds them (logits
-    normalised, masked-out entries set to -1e8, normalised again) and its mask (None: no mask)."""
+    normalised, masked-out entries set to ``MASKED_LOGIT``, normalised again) and its mask (None: no mask)."""
     logits = logits.reshape(-1, sum(branches))
     masks = None
     if action_masks is not None:
@@ -491,7 +492,7 @@ def _masked_branch_logits(
         mask = None
         if masks is not None:
             mask = masks[:, start : start + size]
-            branch = branch.masked_fill(~mask, -1e8)
+            branch = branch.masked_fill(~mask, MASKED_LOGIT)
         out.append((branch - branch.logsumexp(dim=-1, keepdim=True), mask))
         start += size
     return out
