@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from stable_baselines3.common.utils import set_random_seed
 from stable_baselines3.common.vec_env import VecMonitor, VecNormalize
 
 import unity_sb3
@@ -55,6 +56,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     args = parser.parse_args(argv)
     save_steps = args.save_steps or max(args.timesteps // 15, 1000)
 
+    # seeded as benchmarks/selfplay_tennis.py: PPO(seed=...) would reseed the shared scene through its view
+    set_random_seed(args.seed)
     unity = unity_sb3.LockstepUnity(make_scene("Tennis", seed=args.seed, num_agents=args.courts))
     env = VecNormalize(VecMonitor(unity.vec_env("Tennis")), norm_reward=False)
     self_play = unity_sb3.SelfPlayCallback(
@@ -72,7 +75,6 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         learning_rate=args.learning_rate,
         ent_coef=0.005,
         policy_kwargs=dict(net_arch=[128, 128]),
-        seed=args.seed,
     )
     summary = SummaryCallback(args.summary_freq, name="Tennis", elo=self_play.summary_elo)
     model.learn(args.timesteps, callback=[self_play, summary])
