@@ -77,6 +77,38 @@ def test_several_rank2_observations_attend_together():
     assert out.shape == (2, 8) and th.isfinite(out).all()
 
 
+@pytest.mark.parametrize("self_size", [0, 4])
+def test_fast_path_gives_the_values_and_gradients_of_ml_agents_layout(monkeypatch, self_size):
+    """Outside ONNX tracing the layers take cheaper routes (fused norms, self part once, padding cut): same math."""
+    from unity_sb3.networks import attention
+
+    th.manual_seed(0)
+    module = EntityAttention(self_size, [(7, 5), (4, 3)], embedding_size=16, num_heads=4)
+    x_self = th.randn(6, self_size) if self_size else None
+    first, second = entities(6, 7, 5, present=4, seed=1), entities(6, 4, 3, present=2, seed=2)
+    first[0, 1] = 0.0  # padding between real rows
+    first[1, 2:4] = 0.0  # fewer rows in one observation: the batch's last real row sets the cut
+    second[2] = 0.0  # no entity in the second observation for one row
+    second[:, 1] = 0.0
+    first[3] = 0.0
+    second[3] = 0.0  # nothing at all for one row
+    weights = th.linspace(-1, 1, 16)
+
+    def run() -> tuple[th.Tensor, list[th.Tensor]]:
+        module.zero_grad()
+        out = module(x_self, [first, second])
+        (out * weights).sum().backward()
+        return out.detach(), [p.grad.clone() for p in module.parameters()]
+
+    fast, fast_grads = run()
+    monkeypatch.setattr(attention, "_exporting", lambda: True)  # what ONNX export traces
+    reference, reference_grads = run()
+    th.testing.assert_close(fast, reference, rtol=1e-5, atol=1e-6)
+    assert th.equal(fast[3], th.zeros(16))
+    for got, expected in zip(fast_grads, reference_grads):
+        th.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
+
+
 def test_bad_settings_say_what_is_wrong():
     with pytest.raises(ValueError, match="divisible by num_heads"):
         ResidualSelfAttention(10, 4, num_heads=4)

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 
 import torch as th
 from torch import nn
+from torch.nn import functional as F
 
 #: ML-Agents' ``ObservationEncoder.ATTENTION_EMBEDDING_SIZE``.
 ATTENTION_EMBEDDING_SIZE = 128
@@ -32,6 +33,16 @@ NUM_HEADS = 4
 ZERO_ENTITY_THRESHOLD = 0.01
 _NEG_INF = -1e6  # ML-Agents' MultiHeadAttention.NEG_INF: finite, so an all-masked row stays finite
 _EPSILON = 1e-7
+
+
+def _exporting() -> bool:
+    """Whether the module is being traced (ONNX export): then the layers run ML-Agents' op layout as written.
+
+    Outside tracing they take cheaper routes to the same values (fused layer norm and Swish, the "self"
+    part of the entity embedding computed once per observation instead of once per entity, padding
+    columns cut away); an exported graph must keep fixed shapes and the ops Unity's inference runs.
+    """
+    return th.jit.is_tracing() or th.onnx.is_in_onnx_export()
 
 
 def zero_entities_mask(entities: th.Tensor) -> th.Tensor:
@@ -54,14 +65,24 @@ def _tfixup_linear(in_features: int, out_features: int, embedding_size: int) -> 
 
 class _Swish(nn.Module):
     def forward(self, x: th.Tensor) -> th.Tensor:
-        return x * th.sigmoid(x)
+        if _exporting():
+            return x * th.sigmoid(x)
+        return F.silu(x)
 
 
 def _layer_norm(x: th.Tensor) -> th.Tensor:
     """Normalise the last axis to zero mean and unit variance, no learned scale (ML-Agents' ``LayerNorm``)."""
+    if not _exporting():  # the same formula, fused (its backward pass is several times cheaper)
+        return F.layer_norm(x, x.shape[-1:], eps=1e-5)
     mean = th.mean(x, dim=-1, keepdim=True)
     var = th.mean((x - mean) ** 2, dim=-1, keepdim=True)
     return (x - mean) / th.sqrt(var + 1e-5)
+
+
+def _last_present_column(mask: th.Tensor) -> int:
+    """How many leading rows hold every real entity of the batch (at least 1): the rest is padding everywhere."""
+    present = th.nonzero(mask.min(dim=0).values < 0.5)
+    return int(present[-1, 0]) + 1 if len(present) else 1
 
 
 class EntityEmbedding(nn.Module):
@@ -86,11 +107,17 @@ class EntityEmbedding(nn.Module):
         :param entities: ``(batch, max_entities, entity_size)``.
         :return: ``(batch, max_entities, embedding_size)``.
         """
-        if self.self_size:
-            assert x_self is not None
-            expanded = x_self.reshape(-1, 1, self.self_size).expand(-1, self.max_entities, -1)
-            entities = th.cat([expanded, entities], dim=2)
-        return self.encoder(entities)
+        if not self.self_size:
+            return self.encoder(entities)
+        assert x_self is not None
+        if not _exporting():
+            # linear([self, entity]) = linear_entity(entity) + linear_self(self): the self part once per row
+            dense, swish = self.encoder[0], self.encoder[1]
+            weight = dense.weight
+            per_entity = F.linear(entities, weight[:, self.self_size :], dense.bias)
+            return swish(per_entity + F.linear(x_self, weight[:, : self.self_size]).unsqueeze(1))
+        expanded = x_self.reshape(-1, 1, self.self_size).expand(-1, self.max_entities, -1)
+        return self.encoder(th.cat([expanded, entities], dim=2))
 
 
 class ResidualSelfAttention(nn.Module):
@@ -115,13 +142,18 @@ class ResidualSelfAttention(nn.Module):
         )
 
     def _attend(self, query: th.Tensor, key: th.Tensor, value: th.Tensor, mask: th.Tensor) -> th.Tensor:
-        n, h, d = self.max_entities, self.num_heads, self.head_size
+        exporting = _exporting()
+        n = self.max_entities if exporting else query.shape[1]  # fewer when padding columns were cut
+        h, d = self.num_heads, self.head_size
         query = query.reshape(-1, n, h, d).permute(0, 2, 1, 3)  # (b, h, n, d)
         key = key.reshape(-1, n, h, d).permute(0, 2, 3, 1)  # (b, h, d, n)
         value = value.reshape(-1, n, h, d).permute(0, 2, 1, 3)  # (b, h, n, d)
         scores = th.matmul(query, key)  # (b, h, n, n)
         key_mask = mask.reshape(-1, 1, 1, n)
-        scores = (1 - key_mask) * scores / (self.embedding_size**0.5) + key_mask * _NEG_INF
+        if exporting:
+            scores = (1 - key_mask) * scores / (self.embedding_size**0.5) + key_mask * _NEG_INF
+        else:  # the same values: masked scores are exactly _NEG_INF, the others scaled
+            scores = (scores / (self.embedding_size**0.5)).masked_fill(key_mask > 0.5, _NEG_INF)
         weights = th.softmax(scores, dim=3)
         out = th.matmul(weights, value).permute(0, 2, 1, 3)  # (b, n, h, d)
         return out.reshape(-1, n, self.embedding_size)
@@ -134,7 +166,8 @@ class ResidualSelfAttention(nn.Module):
         x = _layer_norm(embeddings)
         attended = self._attend(self.fc_q(x), self.fc_k(x), self.fc_v(x), mask)
         out = _layer_norm(self.fc_out(attended) + x)
-        present = (1 - mask).reshape(-1, self.max_entities, 1)
+        rows = self.max_entities if _exporting() else mask.shape[1]
+        present = (1 - mask).reshape(-1, rows, 1)
         return th.sum(out * present, dim=1) / (th.sum(present, dim=1) + _EPSILON)
 
 
@@ -184,7 +217,14 @@ class EntityAttention(nn.Module):
         :return: ``(batch, embedding_size)``.
         """
         entities = [e.float() for e in entities]
-        mask = th.cat([zero_entities_mask(e) for e in entities], dim=1)
+        masks = [zero_entities_mask(e) for e in entities]
+        if not _exporting():
+            # Rows that are padding in every observation of the batch (BufferSensor pads at the end)
+            # attend to nothing and are left out of the mean: cutting them changes no value.
+            keep = [_last_present_column(m) for m in masks]
+            entities = [e[:, :k] for e, k in zip(entities, keep)]
+            masks = [m[:, :k] for m, k in zip(masks, keep)]
+        mask = th.cat(masks, dim=1)
         encoded_self = self.self_encoder(x_self) if self.self_encoder is not None else None
         embedded = th.cat([emb(encoded_self, e) for emb, e in zip(self.embeddings, entities)], dim=1)
         return self.attention(embedded, mask)
