@@ -11,6 +11,7 @@ self-attention (``entities="attention"``, the default); ``flatten`` pads and fla
 
     python benchmarks/sorter_attention.py                       # 3 seeds x 2 encoders, 120k steps, 1-2 tiles
     python benchmarks/sorter_attention.py --steps 80000 --seeds 0 --encoders attention
+    python benchmarks/sorter_attention.py --num-tiles 4 --set batch_size=128 n_epochs=10 --activation silu
 
 Reference returns (scene's expert_actions and uniform random actions over 3000 decisions of 8
 arenas): 1-2 tiles (the default, Unity's first curriculum lesson): expert 1.39, random -0.52;
@@ -22,6 +23,7 @@ without RL.
 from __future__ import annotations
 
 import argparse
+import ast
 import sys
 import time
 import warnings
@@ -49,40 +51,79 @@ REFERENCES = {
 }
 
 
-def make_model(encoder: str, env, seed: int, separate: bool = False) -> PPO:
+#: The shipped Sorter settings (``config/hyperparams/ppo.yml``); ``--set key=value`` overrides them.
+SETTINGS: dict[str, Any] = {
+    "n_steps": 256,
+    "batch_size": 512,
+    "n_epochs": 3,
+    "learning_rate": 3e-4,
+    "ent_coef": 0.005,
+    "gamma": 0.99,
+    "gae_lambda": 0.95,
+}
+#: ``--activation``: the policy body's activation (SB3: Tanh; ML-Agents: Swish, i.e. SiLU).
+ACTIVATIONS = {"tanh": th.nn.Tanh, "silu": th.nn.SiLU}
+
+
+def parse_settings(pairs: list[str]) -> dict[str, Any]:
+    """``["batch_size=128", "learning_rate=1e-4"]`` -> PPO keyword arguments (values as Python literals)."""
+    settings = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"--set takes key=value, got {pair!r}")
+        try:
+            settings[key] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            settings[key] = value
+    return settings
+
+
+def make_model(
+    encoder: str,
+    env,
+    seed: int,
+    separate: bool = False,
+    overrides: dict[str, Any] | None = None,
+    activation: str = "tanh",
+) -> PPO:
     """PPO with the shipped Sorter settings (``config/hyperparams/ppo.yml``) and ``encoder`` for the tiles.
 
     :param separate: actor and critic each get their own encoder (ML-Agents' layout) instead of one
         shared features extractor (SB3's default for PPO).
+    :param overrides: PPO keyword arguments that replace :data:`SETTINGS` (the same for both encoders).
+    :param activation: the policy body's activation, a key of :data:`ACTIVATIONS`.
     """
     return PPO(
         "MultiInputPolicy",
         env,
-        n_steps=256,
-        batch_size=512,
-        n_epochs=3,
-        learning_rate=3e-4,
-        ent_coef=0.005,
-        gamma=0.99,
-        gae_lambda=0.95,
         seed=seed,
         policy_kwargs={
             "net_arch": [128, 128],
+            "activation_fn": ACTIVATIONS[activation],
             "features_extractor_class": UnityMultiInputExtractor,
             "features_extractor_kwargs": {"entities": encoder},
             "share_features_extractor": not separate,
         },
+        **{**SETTINGS, **(overrides or {})},
     )
 
 
 def run(
-    encoder: str, seed: int, steps: int, num_tiles: int, window: int, separate: bool = False
+    encoder: str,
+    seed: int,
+    steps: int,
+    num_tiles: int,
+    window: int,
+    separate: bool = False,
+    overrides: dict[str, Any] | None = None,
+    activation: str = "tanh",
 ) -> dict[str, Any]:
     th.set_num_threads(1)
     env = VecMonitor(UnityVecEnv(make_scene("Sorter", seed=seed, num_tiles=num_tiles)))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the flatten run's "pads and flattens" warning
-        model = make_model(encoder, env, seed, separate)
+        model = make_model(encoder, env, seed, separate, overrides, activation)
     recorder = EpisodeRecorder()
     start = time.perf_counter()
     model.learn(steps, callback=recorder)
@@ -115,10 +156,35 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="actor and critic each with their own encoder, as ML-Agents (default: one shared)",
     )
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        nargs="+",
+        default=[],
+        metavar="KEY=VALUE",
+        help="PPO settings replacing the shipped ones for both encoders, e.g. batch_size=128 n_epochs=10",
+    )
+    parser.add_argument(
+        "--activation",
+        default="tanh",
+        choices=sorted(ACTIVATIONS),
+        help="policy body activation (ML-Agents: silu)",
+    )
+    parser.add_argument("--name", default=None, help="results file name (default from --num-tiles)")
     args = parser.parse_args(argv)
+    overrides = parse_settings(args.overrides)
 
     tasks = [
-        (encoder, seed, args.steps, args.num_tiles, args.window, args.separate_extractors)
+        (
+            encoder,
+            seed,
+            args.steps,
+            args.num_tiles,
+            args.window,
+            args.separate_extractors,
+            overrides,
+            args.activation,
+        )
         for encoder in args.encoders
         for seed in args.seeds
     ]
@@ -143,15 +209,18 @@ def main(argv: list[str] | None = None) -> None:
                 "seconds per run": float(np.mean(seconds)),
             }
         )
+    changed = {**overrides, **({"activation": args.activation} if args.activation != "tanh" else {})}
     print_table(
         summary,
         ["encoder", "seeds", "final return (mean)", "min", "max", "seconds per run"],
         title=f"Sorter, 1-{args.num_tiles} tiles, {args.steps} steps per run; return = mean episode return "
-        f"in the last 20% of training ({REFERENCES.get(args.num_tiles, 'no reference measured')})",
+        f"in the last 20% of training ({REFERENCES.get(args.num_tiles, 'no reference measured')})"
+        + (f"; settings changed: {changed}" if changed else ""),
     )
     name = "sorter_attention" if args.num_tiles == 2 else f"sorter_attention_tiles{args.num_tiles}"
     if args.separate_extractors:
         name += "_separate"
+    name = args.name or name
     path = write_results(name, rows, summary=summary, settings=vars(args))
     print(f"wrote {path}")
 
