@@ -66,17 +66,29 @@ ACTIVATIONS = {"tanh": th.nn.Tanh, "silu": th.nn.SiLU}
 
 
 def parse_settings(pairs: list[str]) -> dict[str, Any]:
-    """``["batch_size=128", "learning_rate=1e-4"]`` -> PPO keyword arguments (values as Python literals)."""
-    settings = {}
+    """``["batch_size=128", "learning_rate=lin_3e-4"]`` -> PPO keyword arguments.
+
+    Values are Python literals; ``lin_<x>`` is a schedule falling linearly from ``x`` to 0 over the
+    run (rl-zoo's notation; ML-Agents' ``learning_rate_schedule: linear``).
+    """
+    settings: dict[str, Any] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
             raise SystemExit(f"--set takes key=value, got {pair!r}")
+        if value.startswith("lin_"):
+            settings[key] = linear_schedule(float(value[4:]))
+            continue
         try:
             settings[key] = ast.literal_eval(value)
         except (ValueError, SyntaxError):
             settings[key] = value
     return settings
+
+
+def linear_schedule(start: float):
+    """SB3 schedule: ``start`` at the beginning of training, 0 at the end (progress_remaining 1 -> 0)."""
+    return lambda progress_remaining: progress_remaining * start
 
 
 def make_model(
@@ -116,14 +128,15 @@ def run(
     num_tiles: int,
     window: int,
     separate: bool = False,
-    overrides: dict[str, Any] | None = None,
+    overrides: list[str] | None = None,
     activation: str = "tanh",
 ) -> dict[str, Any]:
+    """One training run; ``overrides`` are ``--set``'s ``key=value`` strings (parsed here, in the worker)."""
     th.set_num_threads(1)
     env = VecMonitor(UnityVecEnv(make_scene("Sorter", seed=seed, num_tiles=num_tiles)))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the flatten run's "pads and flattens" warning
-        model = make_model(encoder, env, seed, separate, overrides, activation)
+        model = make_model(encoder, env, seed, separate, parse_settings(overrides or []), activation)
     recorder = EpisodeRecorder()
     start = time.perf_counter()
     model.learn(steps, callback=recorder)
@@ -172,7 +185,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--name", default=None, help="results file name (default from --num-tiles)")
     args = parser.parse_args(argv)
-    overrides = parse_settings(args.overrides)
+    parse_settings(args.overrides)  # fails early on a malformed pair; each run parses its own copy
 
     tasks = [
         (
@@ -182,7 +195,7 @@ def main(argv: list[str] | None = None) -> None:
             args.num_tiles,
             args.window,
             args.separate_extractors,
-            overrides,
+            args.overrides,
             args.activation,
         )
         for encoder in args.encoders
@@ -209,13 +222,13 @@ def main(argv: list[str] | None = None) -> None:
                 "seconds per run": float(np.mean(seconds)),
             }
         )
-    changed = {**overrides, **({"activation": args.activation} if args.activation != "tanh" else {})}
+    changed = [*args.overrides, *([f"activation={args.activation}"] if args.activation != "tanh" else [])]
     print_table(
         summary,
         ["encoder", "seeds", "final return (mean)", "min", "max", "seconds per run"],
         title=f"Sorter, 1-{args.num_tiles} tiles, {args.steps} steps per run; return = mean episode return "
         f"in the last 20% of training ({REFERENCES.get(args.num_tiles, 'no reference measured')})"
-        + (f"; settings changed: {changed}" if changed else ""),
+        + (f"; settings changed: {' '.join(changed)}" if changed else ""),
     )
     name = "sorter_attention" if args.num_tiles == 2 else f"sorter_attention_tiles{args.num_tiles}"
     if args.separate_extractors:
