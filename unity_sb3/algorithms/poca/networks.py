@@ -41,11 +41,12 @@ class ResidualSelfAttention(nn.Module):
         self.output = nn.Linear(embed_dim, embed_dim)
         self.residual_norm = nn.LayerNorm(embed_dim)
 
-    def forward(self, entities: th.Tensor, mask: th.Tensor) -> th.Tensor:
+    def forward(self, entities: th.Tensor, mask: th.Tensor | None) -> th.Tensor:
         """
         :param entities: entity embeddings, shape (batch, n_entities, embed_dim).
         :param mask: True where an entity is present, shape (batch, n_entities); every row
-            needs at least one present entity.
+            needs at least one present entity. None: every entity of every row is present (the
+            same result as an all-True mask, without the masking work).
         :return: pooled encoding, shape (batch, embed_dim).
         """
         normed = self.input_norm(entities)
@@ -63,8 +64,10 @@ class ResidualSelfAttention(nn.Module):
             heads = attention.num_heads
             qkv = F.linear(normed, in_weight, in_bias).view(batch, n_entities, 3, heads, embed_dim // heads)
             query, key, value = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # (batch, heads, entities, head_dim)
-            absent = th.zeros((batch, 1, 1, n_entities), dtype=normed.dtype, device=normed.device)
-            absent.masked_fill_(~mask.view(batch, 1, 1, n_entities), float("-inf"))
+            absent = None  # no mask and an all-zero one give the same numbers (scores + 0)
+            if mask is not None:
+                absent = th.zeros((batch, 1, 1, n_entities), dtype=normed.dtype, device=normed.device)
+                absent.masked_fill_(~mask.view(batch, 1, 1, n_entities), float("-inf"))
             attended = F.scaled_dot_product_attention(query, key, value, attn_mask=absent)
             attended = attended.transpose(1, 2).reshape(batch, n_entities, embed_dim)
         # The attention's output projection and then ``output``: two linear maps in a row, applied
@@ -72,6 +75,8 @@ class ResidualSelfAttention(nn.Module):
         weight = self.output.weight @ attention.out_proj.weight
         bias = th.addmv(self.output.bias, self.output.weight, attention.out_proj.bias)
         mixed = self.residual_norm(entities + F.linear(attended, weight, bias))
+        if mask is None:  # the masked mean with weights 1 and count n_entities: the same numbers
+            return mixed.sum(dim=1) / float(n_entities)
         weights = mask.unsqueeze(-1).to(mixed.dtype)
         return (mixed * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1.0)
 
@@ -126,6 +131,13 @@ class GroupCriticBody(nn.Module):
     def _pool(self, entities: th.Tensor, mask: th.Tensor) -> th.Tensor:
         return self.read_out(*self.embed(entities, mask))
 
+    def _pool_full(self, entities: th.Tensor) -> th.Tensor:
+        """:meth:`_pool` of sets whose entities are all present, ``max_entities`` already raised to
+        their size by the caller: the same numbers without the mask's work."""
+        batch, size = entities.shape[:2]
+        count = th.full((batch, 1), float(size), dtype=entities.dtype, device=entities.device)
+        return self.read_out(self.attention(entities, None), count)
+
     def value(self, member_features: th.Tensor, member_mask: th.Tensor) -> th.Tensor:
         """V(group): every present member encoded from its observation only.
 
@@ -171,6 +183,11 @@ class GroupCriticBody(nn.Module):
         :param member_mask: True for present members, shape (batch, 1 + n_mates); column 0 is True.
         :return: ``(values, baselines)``, shape (batch,) each.
         """
+        batch, width = member_mask.shape
+        if batch > 0 and (width == 1 or bool(member_mask.all())):  # every member present
+            with th.no_grad():
+                self.max_entities.clamp_(min=float(width))
+            return self._value_and_baseline_full(member_features, mate_actions)
         sizes = _leading_member_counts(member_mask)
         if sizes is not None:
             return self._value_and_baseline_by_size(member_features, mate_actions, member_mask, sizes)
@@ -198,8 +215,8 @@ class GroupCriticBody(nn.Module):
         order, values, baselines = [], [], []
         for size in sizes.unique().tolist():
             rows = th.nonzero(sizes == size).squeeze(1)
-            value, baseline = self.value_and_baseline(
-                member_features[rows, :size], mate_actions[rows, : size - 1], member_mask[rows, :size]
+            value, baseline = self._value_and_baseline_full(
+                member_features[rows, :size], mate_actions[rows, : size - 1]
             )
             order.append(rows)
             values.append(value)
@@ -208,6 +225,26 @@ class GroupCriticBody(nn.Module):
         back = th.empty_like(rows)
         back[rows] = th.arange(rows.numel(), device=rows.device)
         return th.cat(values)[back], th.cat(baselines)[back]
+
+    def _value_and_baseline_full(
+        self, member_features: th.Tensor, mate_actions: th.Tensor
+    ) -> tuple[th.Tensor, th.Tensor]:
+        """:meth:`value_and_baseline` of rows whose members are all present (``max_entities``
+        already raised to their number by the caller)."""
+        entities = self._entities(member_features, mate_actions)
+        pooled = self._pool_full(entities)
+        batch = member_features.shape[0]
+        if entities.shape[0] == batch:  # no groupmates: b = V
+            return pooled, pooled
+        return pooled[:batch], pooled[batch:]
+
+    def _entities(self, member_features: th.Tensor, mate_actions: th.Tensor) -> th.Tensor:
+        """The entities of :meth:`value_and_baseline_entities` (V's sets, then the baseline's)."""
+        observed = self.obs_encoder(member_features)
+        if member_features.shape[1] == 1:
+            return observed
+        mates = self.obs_action_encoder(th.cat([member_features[:, 1:], mate_actions], dim=-1))
+        return th.cat([observed, th.cat([observed[:, :1], mates], dim=1)], dim=0)
 
     def value_and_baseline_entities(
         self, member_features: th.Tensor, mate_actions: th.Tensor, member_mask: th.Tensor
@@ -220,11 +257,9 @@ class GroupCriticBody(nn.Module):
         :param member_mask: as in :meth:`value_and_baseline`.
         :return: entities (2 * batch or batch, 1 + n_mates, embed_dim) and their mask.
         """
-        observed = self.obs_encoder(member_features)
+        entities = self._entities(member_features, mate_actions)
         if member_features.shape[1] == 1:
-            return observed, member_mask
-        mates = self.obs_action_encoder(th.cat([member_features[:, 1:], mate_actions], dim=-1))
-        entities = th.cat([observed, th.cat([observed[:, :1], mates], dim=1)], dim=0)
+            return entities, member_mask
         return entities, th.cat([member_mask, member_mask], dim=0)
 
 

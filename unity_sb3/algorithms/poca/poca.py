@@ -365,7 +365,7 @@ class POCA(OnPolicyAlgorithm):
         new_obs, dones = self._last_obs, np.zeros(env.num_envs, dtype=bool)
         while n_steps < n_rollout_steps:
             action_masks = self._action_masks(env)
-            with th.no_grad():
+            with self._acting_mode():
                 obs_tensor = obs_as_tensor(self._last_obs, self.device)  # type: ignore[arg-type]
                 actions, log_probs = self._act(obs_tensor, action_masks, active)
             actions = actions.cpu().numpy()
@@ -417,6 +417,11 @@ class POCA(OnPolicyAlgorithm):
         callback.on_rollout_end()
         return True
 
+    def _acting_mode(self) -> Any:
+        """Grad mode while collecting: ``inference_mode`` (nothing of acting is kept as a tensor; a
+        memory variant, which keeps its memories for training, uses ``no_grad``)."""
+        return th.inference_mode()
+
     def _act(
         self, obs: Any, action_masks: np.ndarray | None, active: np.ndarray
     ) -> tuple[th.Tensor, th.Tensor]:
@@ -449,8 +454,12 @@ class POCA(OnPolicyAlgorithm):
         ent_coef = self.ent_coef_schedule(self._current_progress_remaining)
         self.ent_coef = ent_coef
 
-        pg_losses, value_losses, baseline_losses, entropy_losses, clip_fractions = [], [], [], [], []
-        approx_kl_divs: list[float] = []
+        pg_losses: list[th.Tensor] = []
+        value_losses: list[th.Tensor] = []
+        baseline_losses: list[th.Tensor] = []
+        entropy_losses: list[th.Tensor] = []
+        clip_fractions: list[th.Tensor] = []
+        approx_kl_divs: list[th.Tensor] = []
         loss = th.zeros(())
         continue_training = True
         n_active = int(self.rollout_buffer.active.sum())
@@ -482,19 +491,23 @@ class POCA(OnPolicyAlgorithm):
                     + ent_coef * entropy_loss
                 )
 
-                with th.no_grad():
+                with th.no_grad():  # statistics, read out once after the update (.item() each is slow)
                     log_ratio = log_prob - batch.old_log_prob
-                    approx_kl = th.mean((th.exp(log_ratio) - 1) - log_ratio).cpu().item()
+                    ratio_minus_one = ratio.detach() - 1  # ratio is th.exp(log_ratio), the same numbers
+                    approx_kl = th.mean(ratio_minus_one - log_ratio)
+                    clip_fraction = th.mean((th.abs(ratio_minus_one) > clip_range).float())
                 approx_kl_divs.append(approx_kl)
-                pg_losses.append(policy_loss.item())
-                value_losses.append(value_loss.item())
-                baseline_losses.append(baseline_loss.item())
-                entropy_losses.append(entropy_loss.item())
-                clip_fractions.append(th.mean((th.abs(ratio - 1) > clip_range).float()).item())
-                if self.target_kl is not None and approx_kl > 1.5 * self.target_kl:
+                pg_losses.append(policy_loss.detach())
+                value_losses.append(value_loss.detach())
+                baseline_losses.append(baseline_loss.detach())
+                entropy_losses.append(entropy_loss.detach())
+                clip_fractions.append(clip_fraction)
+                if self.target_kl is not None and approx_kl.item() > 1.5 * self.target_kl:
                     continue_training = False
                     if self.verbose >= 1:
-                        print(f"Early stopping at epoch {_epoch} due to reaching max kl: {approx_kl:.2f}")
+                        print(
+                            f"Early stopping at epoch {_epoch} due to reaching max kl: {approx_kl.item():.2f}"
+                        )
                     break
 
                 self.policy.optimizer.zero_grad()
@@ -507,12 +520,15 @@ class POCA(OnPolicyAlgorithm):
                 break
 
         active = self.rollout_buffer.active
-        self.logger.record("train/policy_loss", float(np.mean(pg_losses)) if pg_losses else 0.0)
-        self.logger.record("train/value_loss", float(np.mean(value_losses)) if value_losses else 0.0)
-        self.logger.record("train/baseline_loss", float(np.mean(baseline_losses)) if baseline_losses else 0.0)
-        self.logger.record("train/entropy_loss", float(np.mean(entropy_losses)) if entropy_losses else 0.0)
-        self.logger.record("train/approx_kl", float(np.mean(approx_kl_divs)) if approx_kl_divs else 0.0)
-        self.logger.record("train/clip_fraction", float(np.mean(clip_fractions)) if clip_fractions else 0.0)
+        for name, values in (
+            ("policy_loss", pg_losses),
+            ("value_loss", value_losses),
+            ("baseline_loss", baseline_losses),
+            ("entropy_loss", entropy_losses),
+            ("approx_kl", approx_kl_divs),
+            ("clip_fraction", clip_fractions),
+        ):  # the mean of the minibatches' numbers as Python floats, as .item() gives them
+            self.logger.record(f"train/{name}", float(np.mean(th.stack(values).tolist())) if values else 0.0)
         self.logger.record("train/loss", loss.item())
         self.logger.record(
             "train/explained_variance",

@@ -10,6 +10,7 @@ observation separately, feeding :class:`~unity_sb3.algorithms.poca.networks.Grou
 
 from __future__ import annotations
 
+import math
 from functools import partial
 from typing import Any
 
@@ -43,6 +44,7 @@ from unity_sb3.algorithms.distributions import (
     split_hybrid_actions,
 )
 from unity_sb3.algorithms.poca.networks import GroupCriticBody
+from unity_sb3.algorithms.poca.optim import FlatAdam
 
 # Observations with a leading (batch, n_members) shape, as a tensor or a dict of tensors.
 GroupObs = th.Tensor | dict[str, th.Tensor]
@@ -102,8 +104,10 @@ class POCAPolicy(BasePolicy):
         if optimizer_kwargs is None:
             optimizer_kwargs = {}
             if optimizer_class == th.optim.Adam:
-                # foreach: one multi-tensor update (on CPU torch otherwise steps each tensor in Python)
-                optimizer_kwargs.update(eps=1e-5, foreach=True)
+                # torch's foreach Adam stepped on flat buffers: the same numbers bit for bit, one
+                # kernel per operation instead of one per parameter tensor (see .optim)
+                optimizer_class = FlatAdam
+                optimizer_kwargs.update(eps=1e-5)
         super().__init__(
             observation_space,
             action_space,
@@ -240,10 +244,18 @@ class POCAPolicy(BasePolicy):
                 self.action_net(latent), branches, action_masks, deterministic
             )
             return actions.reshape((-1, *self.flat_action_shape)), log_prob
+        if self._plain_gaussian():  # likewise: no torch Normal, whose argument checks cost more
+            latent = self.actor_net(self.extract_features(obs, self.features_extractor))
+            actions, log_prob = sample_diag_gaussian(self.action_net(latent), self.log_std, deterministic)
+            return actions.reshape((-1, *self.flat_action_shape)), log_prob
         distribution = self.get_distribution(obs, action_masks)
         actions = distribution.get_actions(deterministic=deterministic)
         log_prob = distribution.log_prob(actions)
         return actions.reshape((-1, *self.flat_action_shape)), log_prob
+
+    def _plain_gaussian(self) -> bool:
+        """The actor's distribution is SB3's ``DiagGaussianDistribution`` (``Box`` actions)."""
+        return type(self.action_dist) is DiagGaussianDistribution
 
     def _categorical_branches(self) -> list[int] | None:
         """Branch sizes when the actor's distribution is sb3-contrib's maskable (multi-)categorical."""
@@ -294,6 +306,9 @@ class POCAPolicy(BasePolicy):
             return masked_categorical_log_prob_entropy(
                 self.action_net(latent), branches, actions, action_masks
             )
+        if self._plain_gaussian():
+            latent = self.actor_net(self.extract_features(obs, self.features_extractor))
+            return diag_gaussian_log_prob_entropy(self.action_net(latent), self.log_std, actions)
         distribution = self.get_distribution(obs, action_masks)
         return distribution.log_prob(actions), distribution.entropy()
 
@@ -436,6 +451,57 @@ def sample_masked_categorical(
     if len(branches) == 1:
         return actions[0], log_probs[0]
     return th.stack(actions, dim=1), th.stack(log_probs, dim=1).sum(dim=1)
+
+
+def sample_diag_gaussian(
+    mean: th.Tensor, log_std: th.Tensor, deterministic: bool = False
+) -> tuple[th.Tensor, th.Tensor]:
+    """Actions and log-probabilities of SB3's ``DiagGaussianDistribution``, with its operations
+    (torch's ``Normal``: ``rsample``, ``log_prob``, then the sum over action dimensions) in its
+    order and the same random draw, without building the distribution: bit for bit the same
+    numbers, without ``Normal``'s argument validation (which SB3 leaves on) at every step.
+
+    :param mean: (batch, action_dim), the action net's output.
+    :param log_std: (action_dim,) the policy's log standard deviation.
+    :param deterministic: the mean instead of a draw.
+    :return: actions (batch, action_dim) and log-probabilities (batch,).
+    """
+    std = th.ones_like(mean) * log_std.exp()
+    if deterministic:
+        actions = mean
+    else:
+        actions = mean + th.empty(mean.shape, dtype=mean.dtype, device=mean.device).normal_() * std
+    return actions, _gaussian_log_prob(mean, std, actions)
+
+
+def diag_gaussian_log_prob_entropy(
+    mean: th.Tensor, log_std: th.Tensor, actions: th.Tensor
+) -> tuple[th.Tensor, th.Tensor]:
+    """Log-probabilities of ``actions`` and entropies under SB3's ``DiagGaussianDistribution``, with
+    its operations in its order (so the same values and gradients), without building it.
+
+    :param mean: (batch, action_dim).
+    :param log_std: (action_dim,).
+    :param actions: (batch, action_dim).
+    :return: log-probabilities and entropies, (batch,) each.
+    """
+    std = th.ones_like(mean) * log_std.exp()
+    log_prob = _gaussian_log_prob(mean, std, actions)
+    entropy = 0.5 + 0.5 * math.log(2 * math.pi) + th.log(std)  # torch's Normal.entropy
+    return log_prob, _sum_independent_dims(entropy)
+
+
+def _gaussian_log_prob(mean: th.Tensor, std: th.Tensor, actions: th.Tensor) -> th.Tensor:
+    """torch's ``Normal.log_prob`` summed over action dimensions (SB3's ``sum_independent_dims``)."""
+    var = std**2
+    log_scale = std.log()
+    log_prob = -((actions - mean) ** 2) / (2 * var) - log_scale - math.log(math.sqrt(2 * math.pi))
+    return _sum_independent_dims(log_prob)
+
+
+def _sum_independent_dims(tensor: th.Tensor) -> th.Tensor:
+    """SB3's ``sum_independent_dims``: (batch, n) -> (batch,) by summing; (batch,) -> a scalar."""
+    return tensor.sum(dim=1) if len(tensor.shape) > 1 else tensor.sum()
 
 
 def masked_categorical_log_prob_entropy(

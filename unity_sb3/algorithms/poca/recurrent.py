@@ -355,6 +355,9 @@ class RecurrentPOCA(POCA):
         )
         return super().collect_rollouts(env, callback, rollout_buffer, n_rollout_steps)
 
+    def _acting_mode(self) -> Any:
+        return th.no_grad()  # the memories acting produces are kept across steps and rollouts
+
     def _act(
         self, obs: Any, action_masks: np.ndarray | None, active: np.ndarray
     ) -> tuple[th.Tensor, th.Tensor]:
