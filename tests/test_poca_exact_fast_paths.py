@@ -1,4 +1,5 @@
-"""POCA's fast paths compute exactly what the slower code they replace computes (bit for bit)."""
+"""POCA's fast paths compute exactly what the slower code they replace computes (bit for bit), except
+the padded critic pass of small minibatches, which matches the split one within float rounding."""
 
 from __future__ import annotations
 
@@ -106,3 +107,33 @@ def test_critic_full_groups_equal_masked_pass(members):
     want, got = run(False), run(True)
     assert th.equal(want[0], got[0]) and th.equal(want[1], got[1])
     assert len(want[2]) == len(got[2]) and all(th.equal(a, b) for a, b in zip(want[2], got[2]))
+
+
+def test_small_batches_take_one_padded_critic_pass():
+    """Below SPLIT_BY_SIZE_MIN_BATCH rows per minibatch the critic takes one padded pass instead of
+    one per group size: the same values within float rounding."""
+    import gymnasium as gym
+    from gymnasium import spaces
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    from unity_sb3 import POCA
+    from unity_sb3.algorithms.poca.poca import SPLIT_BY_SIZE_MIN_BATCH
+
+    class Env(gym.Env):  # never stepped: only the spaces are read
+        observation_space = spaces.Box(-1, 1, (3,))
+        action_space = spaces.Discrete(2)
+
+    env = DummyVecEnv([Env, Env])
+    small = POCA("MlpPolicy", env, n_steps=8, batch_size=SPLIT_BY_SIZE_MIN_BATCH - 1)
+    large = POCA("MlpPolicy", env, n_steps=8, batch_size=SPLIT_BY_SIZE_MIN_BATCH)
+    assert not small.policy.critic.split_by_size and large.policy.critic.split_by_size
+
+    th.manual_seed(0)
+    critic = GroupCriticBody(5, 2, embed_dim=16, n_heads=4, net_arch=[16])
+    features, actions = th.randn(40, 3, 5), th.randn(40, 2, 2)
+    mask = th.arange(3) < th.randint(1, 4, (40, 1))
+    split = critic.value_and_baseline(features, actions, mask)
+    critic.split_by_size = False
+    padded = critic.value_and_baseline(features, actions, mask)
+    for a, b in zip(split, padded):
+        assert th.allclose(a, b, atol=1e-5)

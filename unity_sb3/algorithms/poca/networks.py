@@ -114,6 +114,10 @@ class GroupCriticBody(nn.Module):
         self.head = value_head(embed_dim + 1, net_arch, activation_fn)
         # Largest number of entities seen so far; scales the member count input. Saved with the model.
         self.register_buffer("max_entities", th.ones(()))
+        #: rows of groups that lost members go through at their own width, one pass per group size
+        #: (:meth:`_value_and_baseline_by_size`); False: one padded pass. Splitting saves arithmetic
+        #: on large batches and costs a pass per size on small ones (POCA sets it by batch size).
+        self.split_by_size = True
 
     def embed(self, entities: th.Tensor, mask: th.Tensor) -> tuple[th.Tensor, th.Tensor]:
         """Attention-pooled encoding (batch, embed_dim) of entity sets and their member counts
@@ -188,7 +192,7 @@ class GroupCriticBody(nn.Module):
             with th.no_grad():
                 self.max_entities.clamp_(min=float(width))
             return self._value_and_baseline_full(member_features, mate_actions)
-        sizes = _leading_member_counts(member_mask)
+        sizes = _leading_member_counts(member_mask) if self.split_by_size else None
         if sizes is not None:
             return self._value_and_baseline_by_size(member_features, mate_actions, member_mask, sizes)
         entities, mask = self.value_and_baseline_entities(member_features, mate_actions, member_mask)
