@@ -84,15 +84,20 @@ def transition_owners(
         ``BEFORE_ROLLOUT`` for a live agent whose last decision came before the rollout.
     """
     n_steps, n_envs = active.shape
-    owner = np.full((n_steps, n_envs), -1, dtype=np.int64)
-    current = np.full(n_envs, -1, dtype=np.int64)
+    initial = np.full(n_envs, -1, dtype=np.int64)
     if alive_before is not None:
-        current[np.asarray(alive_before, dtype=bool)] = BEFORE_ROLLOUT
-    for t in range(n_steps):
-        current = np.where(active[t], t, current)
-        owner[t] = current
-        current = np.where(dones[t], -1, current)
-    return owner
+        initial[np.asarray(alive_before, dtype=bool)] = BEFORE_ROLLOUT
+    if n_steps == 0:
+        return np.zeros((0, n_envs), dtype=np.int64)
+    steps = np.arange(n_steps, dtype=np.int64)[:, None]
+    last_decision = np.maximum.accumulate(np.where(active, steps, -1), axis=0)  # at or before t
+    last_end = np.full((n_steps, n_envs), -1, dtype=np.int64)  # last episode end before t
+    last_end[1:] = np.maximum.accumulate(np.where(dones, steps, -1), axis=0)[:-1]
+    # the last decision owns t unless an end came at or after it; with no decision yet, the agent
+    # alive before the rollout does until its first end
+    return np.where(
+        last_decision > last_end, last_decision, np.where(last_end < 0, initial[None, :], -1)
+    ).astype(np.int64)
 
 
 def compute_poca_returns(
@@ -145,15 +150,14 @@ def compute_poca_returns(
 
     # Reward of each step, credited to the decision that owns it.
     step_rewards = np.where(owned, rewards, 0.0).astype(np.float64)
-    if share_rewards:
+    if share_rewards:  # each (step, group) sum, added in slot order as a per-step bincount would
         shared = np.zeros_like(step_rewards)
-        for t in range(n_steps):
-            cols = np.flatnonzero(owned[t])
-            if cols.size == 0:
-                continue
-            keys, inverse = np.unique(owner_keys[t, cols], return_inverse=True)
-            sums = np.bincount(inverse, weights=step_rewards[t, cols], minlength=keys.size)
-            shared[t, cols] = sums[inverse]
+        rows, cols = np.nonzero(owned)  # step-major, slots ascending within a step
+        if rows.size:
+            keys, ranks = np.unique(owner_keys[rows, cols], return_inverse=True)
+            pairs = rows * keys.size + ranks.reshape(-1)
+            sums = np.bincount(pairs, weights=step_rewards[rows, cols], minlength=n_steps * keys.size)
+            shared[rows, cols] = sums[pairs]
         step_rewards = shared
     step_rewards += np.where(owned, group_rewards, 0.0)
     team_rewards = np.zeros((n_steps, n_envs), dtype=np.float64)
