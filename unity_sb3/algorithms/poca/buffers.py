@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Generator
+from functools import partial
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -644,6 +645,8 @@ class POCARolloutBuffer(RolloutBuffer):
         """Minibatch of rows given as flat indices ``t * n_envs + i``."""
         m = self.n_envs
         t, i = np.divmod(flat, m)
+        # every array handed over below is a new one (fancy indexing copies), so no second copy
+        fresh = partial(self.to_torch, copy=False)
         mates = self.mates[t, i]
         width = int((mates >= 0).sum(axis=1).max()) if mates.size else 0
         mates = mates[:, :width]
@@ -660,26 +663,26 @@ class POCARolloutBuffer(RolloutBuffer):
             return gathered
 
         if isinstance(self.observations, dict):
-            obs: Any = {key: self.to_torch(value[t, i]) for key, value in self.observations.items()}
+            obs: Any = {key: fresh(value[t, i]) for key, value in self.observations.items()}
             mate_obs: Any = {
-                key: self.to_torch(mates_of(value, self.waiting_obs[key]))  # type: ignore[index]
+                key: fresh(mates_of(value, self.waiting_obs[key]))  # type: ignore[index]
                 for key, value in self.observations.items()
             }
         else:
-            obs = self.to_torch(self.observations[t, i])
-            mate_obs = self.to_torch(mates_of(self.observations, self.waiting_obs))  # type: ignore[arg-type]
+            obs = fresh(self.observations[t, i])
+            mate_obs = fresh(mates_of(self.observations, self.waiting_obs))  # type: ignore[arg-type]
         return POCARolloutBufferSamples(
             observations=obs,
-            actions=self.to_torch(self.actions[t, i]),
-            old_values=self.to_torch(self.values[t, i]),
-            old_baselines=self.to_torch(self.baselines[t, i]),
-            old_log_prob=self.to_torch(self.log_probs[t, i]),
-            advantages=self.to_torch(self.advantages[t, i]),
-            returns=self.to_torch(self.returns[t, i]),
-            action_masks=self.to_torch(self.action_masks[t, i]) if self.has_masks else None,
+            actions=fresh(self.actions[t, i]),
+            old_values=fresh(self.values[t, i]),
+            old_baselines=fresh(self.baselines[t, i]),
+            old_log_prob=fresh(self.log_probs[t, i]),
+            advantages=fresh(self.advantages[t, i]),
+            returns=fresh(self.returns[t, i]),
+            action_masks=fresh(self.action_masks[t, i]) if self.has_masks else None,
             mate_observations=mate_obs,
-            mate_actions=self.to_torch(mates_of(self.actions, self.waiting_actions)),
-            mate_mask=self.to_torch(present),
+            mate_actions=fresh(mates_of(self.actions, self.waiting_actions)),
+            mate_mask=fresh(present),
         )
 
     def get(self, batch_size: int | None = None) -> Generator[POCARolloutBufferSamples, None, None]:  # type: ignore[override]

@@ -17,7 +17,6 @@ sparse tensors); any other step goes through torch's own ``foreach`` code on the
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Any
 
 import torch as th
@@ -46,6 +45,7 @@ class FlatAdam(th.optim.Adam):
         cached = self._views.get(index)
         if cached is None or cached[0] != pointers:
             cached = self._views[index] = (pointers, [p.detach().view(-1) for p in params])
+            self._plans = {key: plan for key, plan in self._plans.items() if key[0] != index}
         return cached[1]
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -144,7 +144,7 @@ class FlatAdam(th.optim.Adam):
             return False
         _, exp_avg, exp_avg_sq, steps = flat
         plan = self._plan(index, params, with_grad)
-        chosen, rows, sizes, views = plan
+        chosen, rows, sizes, views, owners = plan
         stepped = [params[k] for k in chosen] if rows is not None else params
         grads = _flatten_dense_tensors([p.grad for p in stepped])
         values = _flatten_dense_tensors(stepped)
@@ -170,10 +170,13 @@ class FlatAdam(th.optim.Adam):
             denom.add_(eps)
             values.addcdiv_(exp_avgs, denom, value=step_sizes[0])
         else:  # each parameter's scalars spread over its elements; addcdiv's value * t1 / t2 in order
-            spread = partial(_spread, sizes=sizes, like=values)
-            denom.div_(spread(bias_correction2_sqrts))
+            scalars = th.tensor(
+                [bias_correction2_sqrts, step_sizes], dtype=values.dtype, device=values.device
+            )
+            spread = scalars[:, owners]
+            denom.div_(spread[0])
             denom.add_(eps)
-            values.add_(spread(step_sizes).mul_(exp_avgs).div_(denom))
+            values.add_(spread[1].mul_(exp_avgs).div_(denom))
         if rows is not None:
             exp_avg.index_copy_(0, rows, exp_avgs)
             exp_avg_sq.index_copy_(0, rows, exp_avg_sqs)
@@ -182,25 +185,21 @@ class FlatAdam(th.optim.Adam):
 
     def _plan(
         self, index: int, params: list[th.Tensor], with_grad: tuple[int, ...]
-    ) -> tuple[tuple[int, ...], th.Tensor | None, list[int], list[th.Tensor]]:
+    ) -> tuple[tuple[int, ...], th.Tensor | None, list[int], list[th.Tensor], th.Tensor]:
         """Which parameters step (indices), their rows in the flat buffers (None: all of them),
-        their sizes, and flat views of their data."""
+        their sizes, flat views of their data, and the stepping parameter of each element."""
         views = self._param_views(index, params)
         key = (index, with_grad)
         plan = self._plans.get(key)
-        if plan is None or plan[3][0].data_ptr() != views[with_grad[0]].data_ptr():
+        if plan is None:
+            device = params[0].device
             sizes = [params[k].numel() for k in with_grad]
             rows = None
             if len(with_grad) < len(params):
                 offsets = [0]
                 for p in params:
                     offsets.append(offsets[-1] + p.numel())
-                rows = th.cat([th.arange(offsets[k], offsets[k + 1]) for k in with_grad]).to(params[0].device)
-            plan = self._plans[key] = (with_grad, rows, sizes, [views[k] for k in with_grad])
+                rows = th.cat([th.arange(offsets[k], offsets[k + 1]) for k in with_grad]).to(device)
+            owners = th.arange(len(sizes), device=device).repeat_interleave(th.tensor(sizes, device=device))
+            plan = self._plans[key] = (with_grad, rows, sizes, [views[k] for k in with_grad], owners)
         return plan
-
-
-def _spread(scalars: list[float], sizes: list[int], like: th.Tensor) -> th.Tensor:
-    """One scalar per parameter repeated over its elements, in ``like``'s dtype (as a kernel casts it)."""
-    values = th.tensor(scalars, dtype=like.dtype, device=like.device)
-    return values.repeat_interleave(th.tensor(sizes, device=like.device), output_size=sum(sizes))
