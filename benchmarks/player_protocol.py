@@ -169,13 +169,14 @@ def measure(
 def own_work(scene: str, exchanges: int, repeats: int, seed: int) -> float:
     """CPU microseconds per exchange that the player spends on itself, measured in-process.
 
-    What the player does between two ``Exchange`` calls: read the actions from protobuf, step the
-    scene, build and serialize the output. Random actions, as in the rounds; the minimum over
-    ``repeats`` runs of ``exchanges`` each (CPU time, so other jobs on the cores matter less).
+    What the player does between two ``Exchange`` calls: parse Python's input (built as
+    ``UnityEnvironment._generate_step_input`` builds it), apply it (the actions, the scene step),
+    build and serialize the output. Random actions, as in the rounds; the minimum over ``repeats``
+    runs of ``exchanges`` each (CPU time, so other jobs on the cores matter less).
     """
-    from mlagents_envs.communicator_objects.agent_action_pb2 import AgentActionProto
+    from mlagents_envs.communicator_objects.command_pb2 import STEP
+    from mlagents_envs.communicator_objects.unity_message_pb2 import UnityMessageProto
 
-    from unity_sb3.scenes.player.codec import actions_from_proto
     from unity_sb3.scenes.player.server import StandInPlayer, load_scene
 
     best = math.inf
@@ -185,20 +186,24 @@ def own_work(scene: str, exchanges: int, repeats: int, seed: int) -> float:
         output = getattr(player, "output_message", None) or player._output_message  # its name before ec43297
         rng = np.random.default_rng(seed)
         env.reset()
+        player._has_reset = True
         spent = 0.0
         for _ in range(exchanges):
-            inputs = {}
+            message = UnityMessageProto()
+            message.header.status = 200
+            rl_input = message.unity_input.rl_input
+            rl_input.command = STEP
             for name, spec in player.specs.items():
                 actions = random_actions(spec, env.get_steps(name)[0], rng)
-                inputs[name] = [
-                    AgentActionProto(continuous_actions=c, discrete_actions=d)
-                    for c, d in zip(actions.continuous, actions.discrete)
-                ]
+                for c, d in zip(actions.continuous, actions.discrete):
+                    proto = rl_input.agent_actions[name].value.add()
+                    proto.vector_actions_deprecated.extend(c)
+                    proto.continuous_actions.extend(c)
+                    proto.vector_actions_deprecated.extend(d)
+                    proto.discrete_actions.extend(d)
+            data = message.SerializeToString()
             started = time.process_time()
-            for name, protos in inputs.items():
-                if protos:
-                    env.set_actions(name, actions_from_proto(protos, player.specs[name], len(protos), name))
-            env.step()
+            player._apply_input(UnityMessageProto.FromString(data))
             output().SerializeToString()
             spent += time.process_time() - started
         best = min(best, spent / exchanges)

@@ -35,6 +35,7 @@ from mlagents_envs.communicator_objects.agent_action_pb2 import AgentActionProto
 from mlagents_envs.communicator_objects.observation_pb2 import NONE, PNG, ObservationProto
 from mlagents_envs.communicator_objects.unity_rl_output_pb2 import UnityRLOutputProto
 
+from unity_sb3.scenes.player.layouts import ActionLayout, InfoLayout
 from unity_sb3.unity.proto import (
     PngCache,
     channel_mapping,
@@ -106,6 +107,13 @@ class BehaviorEncoder:
             self._png_caches.append(PngCache() if visual else None)
             self._templates.append(self._template(obs_spec, visual).SerializeToString())
         self._mask_size = int(sum(spec.action_spec.discrete_branches))
+        sizes = [int(np.prod(obs_spec.shape)) for obs_spec in spec.observation_specs]
+        #: every observation floats: each agent's record has one size, written for all at once
+        self.layout = (
+            InfoLayout(self._templates, sizes, self._mask_size)
+            if not any(self._visual) and all(sizes)
+            else None
+        )
 
     @staticmethod
     def _template(obs_spec: ObservationSpec, visual: bool) -> ObservationProto:
@@ -121,19 +129,23 @@ class BehaviorEncoder:
             proto.compressed_channel_mapping.extend(channel_mapping(channels))
         return proto
 
-    def _observations(self, obs: list[np.ndarray], n: int) -> list[list]:
-        """Per observation: a list of n per-agent payloads (float lists or PNG bytes)."""
+    def _check(self, obs: list[np.ndarray], n: int) -> None:
+        """Raise ``ValueError`` unless ``obs`` are ``n`` agents' observations of the spec's shapes."""
         if len(obs) != len(self._templates):
             raise ValueError(
                 f"the scene gave {len(obs)} observations, its spec declares {len(self._templates)}"
             )
-        payloads = []
         for o, obs_spec in zip(obs, self.spec.observation_specs):
             if tuple(np.shape(o)) != (n, *obs_spec.shape):
                 raise ValueError(
                     f"observation {obs_spec.name!r} has shape {tuple(np.shape(o))}, "
                     f"its spec says {(n, *obs_spec.shape)} for {n} agents"
                 )
+
+    def _observations(self, obs: list[np.ndarray], n: int) -> list[list]:
+        """Per observation: a list of n per-agent payloads (float lists or PNG bytes)."""
+        self._check(obs, n)
+        payloads = []
         for o, visual, channel_first, cache in zip(obs, self._visual, self._channel_first, self._png_caches):
             if visual:
                 payloads.append(encode_visual_batch(np.asarray(o), channel_first, cache))
@@ -186,6 +198,30 @@ class BehaviorEncoder:
                 else:
                     obs.float_data.data.extend(payload[i])
 
+    def encode(self, steps: DecisionSteps | TerminalSteps, *, done: bool) -> bytes:
+        """What :meth:`write` appends, as ``ListAgentInfoProto`` bytes (needs :attr:`layout`).
+
+        Merged into ``UnityRLOutputProto.agentInfos[name]`` these give the message :meth:`write`
+        builds, field for field (see :mod:`unity_sb3.scenes.player.layouts`).
+        """
+        n = len(steps.agent_id)
+        if n == 0:
+            return b""
+        self._check(steps.obs, n)
+        masks = None
+        if not done and self._mask_size and steps.action_mask is not None:
+            masks = np.concatenate([np.asarray(m, dtype=bool) for m in steps.action_mask], axis=1)
+        return self.layout.encode(
+            steps.reward,
+            _int32(steps.agent_id, "agent ids"),
+            _int32(steps.group_id, "group ids"),
+            steps.group_reward,
+            steps.obs,
+            done=done,
+            interrupted=np.asarray(steps.interrupted) if done else None,
+            masks=masks,
+        )
+
     def write_placeholder(self, infos) -> None:
         """Append one agent with zero observations: the handshake only needs its shapes."""
         info = infos.add(id=0)
@@ -213,9 +249,41 @@ def write_steps(
     An agent that ended and immediately asked for a new decision appears twice, as in Unity
     (its final info with ``done=True``, then its new episode's first info).
     """
+    if encoder.layout is not None:
+        data = encoder.encode(terminal_steps, done=True) + encoder.encode(decision_steps, done=False)
+        output.agentInfos[name].MergeFromString(data)
+        return
     infos = output.agentInfos[name].value
     encoder.write(infos, terminal_steps, done=True)
     encoder.write(infos, decision_steps, done=False)
+
+
+def _int32(values, what: str) -> np.ndarray:
+    """``values`` as an int32 array; ``ValueError`` for values out of int32's range (as protobuf says)."""
+    array = np.asarray(values)
+    if array.dtype != np.int32:
+        if array.size and (array.min() < -(2**31) or array.max() >= 2**31):
+            raise ValueError(f"{what} must fit in int32, got values from {array.min()} to {array.max()}")
+        array = array.astype(np.int32)
+    return array
+
+
+def actions_from_message(
+    actions, spec: BehaviorSpec, n_agents: int, name: str = "", layout: ActionLayout | None = None
+) -> ActionTuple:
+    """:func:`actions_from_proto` of a whole ``ListAgentActionProto``, the same actions.
+
+    With ``layout`` (the behavior's :class:`~unity_sb3.scenes.player.layouts.ActionLayout`), the
+    message's bytes are read in one go when every agent is laid out as ``mlagents_envs`` writes it;
+    anything else is read field by field.
+
+    :param actions: ``UnityRLInputProto.agent_actions[name]``.
+    """
+    if layout is not None:
+        decoded = layout.decode(actions.SerializeToString(), n_agents)
+        if decoded is not None:
+            return ActionTuple(continuous=decoded[0], discrete=decoded[1])
+    return actions_from_proto(actions.value, spec, n_agents, name)
 
 
 def actions_from_proto(actions, spec: BehaviorSpec, n_agents: int, name: str = "") -> ActionTuple:

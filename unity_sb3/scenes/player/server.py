@@ -78,11 +78,12 @@ from unity_sb3.scenes.player.codec import (
     TRAINING_ANALYTICS_CHANNEL,
     BehaviorEncoder,
     ProtocolError,
-    actions_from_proto,
+    actions_from_message,
     behavior_specs_of,
     without_channels,
     write_steps,
 )
+from unity_sb3.scenes.player.layouts import ActionLayout
 from unity_sb3.unity import compat as _compat  # noqa: F401
 from unity_sb3.unity.errors import UnityConfigurationError, UnityProcessError, UnityTimeoutError
 from unity_sb3.unity.proto import brain_parameters_proto, capabilities_proto
@@ -158,6 +159,10 @@ class StandInPlayer:
         self.log_path = log_path
         self.specs = behavior_specs_of(env)
         self.encoders = {name: BehaviorEncoder(spec, compress_visual) for name, spec in self.specs.items()}
+        self.action_layouts = {
+            name: ActionLayout(spec.action_spec.continuous_size, spec.action_spec.discrete_size)
+            for name, spec in self.specs.items()
+        }
         self.exchanges = 0
         self._n_decisions: dict[str, int] = {}
         self._has_reset = False
@@ -287,7 +292,8 @@ class StandInPlayer:
             n_agents = self._n_decisions.get(name, 0)
             if n_agents == 0 or len(actions.value) == 0:  # Unity applies nothing (zeros)
                 continue
-            self.env.set_actions(name, actions_from_proto(actions.value, spec, n_agents, name))
+            layout = self.action_layouts[name]
+            self.env.set_actions(name, actions_from_message(actions, spec, n_agents, name, layout))
         self.env.step()
         return True
 
