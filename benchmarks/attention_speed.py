@@ -13,6 +13,7 @@ dense layer (128) after it; the flattened encoder (440 inputs) is timed for scal
 
     python benchmarks/attention_speed.py
     python benchmarks/attention_speed.py --tiles 4 --repeats 50
+    python benchmarks/attention_speed.py --ppo-steps 20000   # also PPO's wall time on Sorter, both ways
 """
 
 from __future__ import annotations
@@ -61,12 +62,35 @@ def _grads(extractor, obs) -> tuple[th.Tensor, list[th.Tensor]]:
     return out.detach(), [p.grad.clone() for p in extractor.parameters()]
 
 
+def _ppo_seconds(tiles: int, steps: int) -> float:
+    """Wall seconds of ``model.learn(steps)`` with sorter_attention.py's model (attention, seed 0)."""
+    from sorter_attention import make_model
+    from stable_baselines3.common.vec_env import VecMonitor
+
+    from unity_sb3 import UnityVecEnv
+    from unity_sb3.scenes import make_scene
+
+    env = VecMonitor(UnityVecEnv(make_scene("Sorter", seed=0, num_tiles=tiles)))
+    model = make_model("attention", env, seed=0)
+    start = time.perf_counter()
+    model.learn(steps)
+    elapsed = time.perf_counter() - start
+    env.close()
+    return elapsed
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--tiles", type=int, nargs="+", default=[4, 20], help="most tiles per observation")
     parser.add_argument("--repeats", type=int, default=30, help="timed calls per case (median)")
+    parser.add_argument(
+        "--ppo-steps",
+        type=int,
+        default=0,
+        help="also time this many steps of PPO on Sorter each way (sorter_attention.py's shipped settings)",
+    )
     args = parser.parse_args(argv)
     th.set_num_threads(1)
     th.manual_seed(0)
@@ -111,7 +135,28 @@ def main(argv: list[str] | None = None) -> None:
     print_table(
         rows, columns, title="UnityMultiInputExtractor on Sorter observations, one CPU thread, median"
     )
-    path = write_results("attention_speed", rows, settings=vars(args))
+    training = []
+    if args.ppo_steps:
+        for tiles in args.tiles:
+            with mock.patch.object(attention, "_exporting", return_value=True):
+                before = _ppo_seconds(tiles, args.ppo_steps)
+            after = _ppo_seconds(tiles, args.ppo_steps)
+            training.append(
+                {
+                    "tiles": f"1-{tiles}",
+                    "steps": args.ppo_steps,
+                    "ML-Agents layout (s)": round(before, 1),
+                    "fast path (s)": round(after, 1),
+                    "speed-up": round(before / after, 1),
+                }
+            )
+            print(training[-1], flush=True)
+        print_table(
+            training,
+            list(training[0]),
+            title="PPO on Sorter (shipped settings, attention, seed 0), wall time of model.learn",
+        )
+    path = write_results("attention_speed", rows, training=training, settings=vars(args))
     print(f"wrote {path}")
 
 
