@@ -48,6 +48,18 @@ def test_flat_adam_equals_torch_foreach_adam(case):
             assert th.equal(state[key], got_state["state"][index][key])
 
 
+def test_flat_adam_runs_step_hooks():
+    """Without hooks the step skips torch's profiler wrapper; registered hooks still run."""
+    param = th.nn.Parameter(th.ones(3))
+    optimizer = FlatAdam([param], lr=0.1)
+    calls = []
+    optimizer.register_step_pre_hook(lambda *args: calls.append("pre"))
+    optimizer.register_step_post_hook(lambda *args: calls.append("post"))
+    param.grad = th.ones(3)
+    optimizer.step()
+    assert calls == ["pre", "post"] and not th.equal(param, th.ones(3))
+
+
 @pytest.mark.parametrize("deterministic", [False, True])
 def test_gaussian_paths_equal_sb3_distribution(deterministic):
     """Sampling and evaluating Box actions without the distribution object: SB3's draws,

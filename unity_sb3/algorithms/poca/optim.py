@@ -21,6 +21,7 @@ from typing import Any
 
 import torch as th
 from torch._utils import _flatten_dense_tensors
+from torch.optim import optimizer as _torch_optimizer
 
 
 class FlatAdam(th.optim.Adam):
@@ -99,8 +100,24 @@ class FlatAdam(th.optim.Adam):
             for p in group["params"]:
                 p.grad = None
 
-    @th.no_grad()
     def step(self, closure: Any = None) -> Any:  # type: ignore[override]
+        """Adam's step. torch wraps every optimizer's ``step`` in a profiler range and its hook
+        calls (tens of microseconds a step); here that wrapper runs only when a profiler is on or a
+        step hook is registered."""
+        if (
+            self._optimizer_step_pre_hooks
+            or self._optimizer_step_post_hooks
+            or _torch_optimizer._global_optimizer_pre_hooks
+            or _torch_optimizer._global_optimizer_post_hooks
+            or th.autograd._profiler_enabled()
+        ):
+            return self._observed_step(closure)
+        return self._step(closure)
+
+    step.hooked = True  # type: ignore[attr-defined]  # torch's Optimizer must not wrap it again
+
+    @th.no_grad()
+    def _step(self, closure: Any = None) -> Any:
         loss = None
         if closure is not None:
             with th.enable_grad():
@@ -117,6 +134,8 @@ class FlatAdam(th.optim.Adam):
             finally:
                 self.param_groups = groups
         return loss
+
+    _observed_step = th.optim.Optimizer.profile_hook_step(_step)
 
     def _step_flat(self, index: int, group: dict[str, Any]) -> bool:
         """One Adam step of ``group`` on its flat buffers; False when it must take torch's path."""
