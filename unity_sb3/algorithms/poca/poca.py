@@ -353,6 +353,17 @@ class POCA(OnPolicyAlgorithm):
             return None
         return np.asarray(get_action_masks(env), dtype=bool).reshape(env.num_envs, -1)
 
+    def _mask_reader(self, env: VecEnv) -> Any:
+        """What :meth:`_action_masks` reads for ``env`` during one rollout, looked up once: None (no
+        masks), a copy of the env's own ``action_masks()`` when its class has one (a ``UnityVecEnv``:
+        the same array sb3-contrib's per-slot ``env_method`` path stacks), else that path."""
+        if self._action_masks(env) is None:
+            return None
+        if callable(getattr(type(env), "action_masks", None)):
+            n = env.num_envs
+            return lambda: np.array(env.action_masks(), dtype=bool).reshape(n, -1)  # type: ignore[attr-defined]
+        return lambda: self._action_masks(env)
+
     def collect_rollouts(
         self,
         env: VecEnv,
@@ -371,8 +382,9 @@ class POCA(OnPolicyAlgorithm):
         self._prune_group_codes(np.concatenate([keys, rollout_buffer.waiting_mate_keys()]))
         n_steps = 0
         new_obs, dones = self._last_obs, np.zeros(env.num_envs, dtype=bool)
+        read_masks = self._mask_reader(env)
         while n_steps < n_rollout_steps:
-            action_masks = self._action_masks(env)
+            action_masks = read_masks() if read_masks is not None else None
             with self._acting_mode():
                 obs_tensor = obs_as_tensor(self._last_obs, self.device)  # type: ignore[arg-type]
                 actions, log_probs = self._act(obs_tensor, action_masks, active)
