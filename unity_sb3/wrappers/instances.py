@@ -1,4 +1,4 @@
-"""UnityVecEnv's per-instance bookkeeping: one Unity instance, its slots, and array helpers."""
+"""UnityVecEnv's per-instance bookkeeping: one Unity instance, its slots, stepping and binding agents."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from unity_sb3.unity import compat as _compat  # noqa: F401  (before mlagents_en
 from unity_sb3.unity.errors import UnityConfigurationError
 from unity_sb3.wrappers._slots import assign_free_slots, match_ids, unassigned_rows
 from unity_sb3.wrappers._steps import normalize_steps
+from unity_sb3.wrappers._terminals import _all, _any, _put, _put_slice, _take, absorb_terminals
 
 from mlagents_envs.base_env import BaseEnv, DecisionSteps, TerminalSteps  # isort: skip
 from mlagents_envs.exception import UnityTimeOutException  # isort: skip
@@ -28,9 +29,9 @@ class _Instance:
     env: BaseEnv
     start: int = 0
     n: int = 0
+    # the agent id each slot has (``bound``) or last had (``had_agent``): a free slot takes it back first
     agent: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     bound: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
-    previous: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     had_agent: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
     rows: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # row in `dec`, -1 = inactive
     group_id: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
@@ -57,7 +58,6 @@ class _Instance:
         self.arange = np.arange(n, dtype=np.int64)
         self.agent = np.zeros(n, np.int64)
         self.bound = np.zeros(n, bool)
-        self.previous = np.zeros(n, np.int64)
         self.had_agent = np.zeros(n, bool)
         self.rows = np.full(n, -1, np.int64)
         self.none_asking = np.full(n, -1, np.int64)
@@ -116,47 +116,6 @@ def _slice_actions(actions: Any, sl: slice) -> Any:
     if isinstance(actions, tuple):
         return tuple(np.asarray(v)[sl] for v in actions)
     return np.asarray(actions)[sl]
-
-
-#: Up to this many slots ending in one terminal batch are absorbed in scalar steps (measured: scalar
-#: steps win up to 3, the row selections from 4 on).
-_FEW_ENDED = 3
-# ndarray.any() / .all() without their Python-level wrappers (1-d bool arrays)
-_any, _all = np.logical_or.reduce, np.logical_and.reduce
-
-
-def _take(obs: Any, rows: np.ndarray) -> Any:
-    if isinstance(obs, dict):
-        return {k: v[rows] for k, v in obs.items()}
-    return obs[rows]
-
-
-def _row(obs: Any, index: int) -> Any:
-    if isinstance(obs, dict):
-        return {k: v[index] for k, v in obs.items()}
-    return obs[index]
-
-
-def _copy(obs: Any) -> Any:
-    if isinstance(obs, dict):
-        return {k: np.array(v) for k, v in obs.items()}
-    return np.array(obs)
-
-
-def _put(buf: Any, index: np.ndarray, values: Any) -> None:
-    if isinstance(buf, dict):
-        for k, v in buf.items():
-            v[index] = values[k]
-    else:
-        buf[index] = values
-
-
-def _put_slice(buf: Any, sl: slice, values: Any, n: int) -> None:
-    if isinstance(buf, dict):
-        for k, v in buf.items():
-            v[sl] = values[k][:n]
-    else:
-        buf[sl] = values[:n]
 
 
 EnvSource = BaseEnv | str | Callable[[], BaseEnv]
@@ -351,124 +310,86 @@ class InstancesMixin:
         done = np.zeros(n, bool)
         truncated = np.zeros(n, bool)
         terminal_obs: dict[int, Any] = {}
+        ended = (reward, group_reward, done, truncated, terminal_obs)
         env, read = inst.env, self._reader.read
-        for _ in range(self.max_idle_steps):
-            env.step()
-            dec, term = read(env)
-            if len(term):
-                self._absorb_terminal(inst, term, reward, group_reward, done, truncated, terminal_obs)
-            inst.dec = dec
-            ids = dec.agent_id
-            if len(ids) == 0:  # nobody of this behavior asks (between decisions): step on
-                inst.rows = inst.none_asking
-                inst.identity = False
-                self._answer_others(inst)
-                continue
-            kept = self._steady_match(inst, ids)  # (never steady on an empty batch: steady_ids are not)
-            if kept is not None:
-                # steady state: every slot's agent (or its successor) asks at the same row as last time
-                rows = inst.steady_rows
-                # slot i at row i: slices instead of row selections
-                at = slice(0, n) if inst.steady_identity else rows
-                if kept is inst.everyone:
-                    reward += dec.reward[at]
-                    group_reward += dec.group_reward[at]
-                else:  # slots re-bound just now get no reward for their agent's first decision
-                    reward[kept] += dec.reward[rows[kept]]
-                    group_reward[kept] += dec.group_reward[rows[kept]]
-                inst.rows, inst.identity = rows, inst.steady_identity
-                inst.group_id[:] = dec.group_id[at]
-                converted = self.spaces.observations(dec.obs)
-                if inst.identity:
-                    _put_slice(self._obs_buf, inst.slots, converted, n)
-                else:
-                    _put(self._obs_buf, inst.slots, _take(converted, rows))
-                return _StepResult(reward, group_reward, done, truncated, terminal_obs)
-            rows = match_ids(inst.agent, inst.bound, ids)
-            found = rows >= 0
-            if found.any():
-                reward[found] += dec.reward[rows[found]]
-                group_reward[found] += dec.group_reward[rows[found]]
-                inst.group_id[found] = dec.group_id[rows[found]]
-            self._bind(inst, dec, rows)
-            if inst.all_bound and (inst.rows >= 0).all():
-                inst.steady_ids = np.array(ids, copy=True)
-                inst.steady_rows = inst.rows
-                inst.identity = inst.steady_identity = len(ids) >= n and bool(
-                    (inst.rows == inst.arange).all()
-                )
-            # a slot whose agent ended its episode waits with the others for the next request, so
-            # a death between two decisions does not make a step where every slot is inactive
-            if (inst.rows >= 0).any():
-                break
-            self._answer_idle(inst, dec)
-        else:
-            if not done.any():
-                raise UnityNoDecisionError(
-                    f"Unity worker {inst.worker_id}: none of its {n} slots' agents of behavior "
-                    f"{self.behavior_name!r} asked for a decision or ended an episode in {self.max_idle_steps} "
-                    "Unity steps. Raise max_idle_steps if the agents decide that rarely."
-                )
-            # nobody asks any more, but episodes ended: report them
+        # terminal batches of the Unity steps in which nobody of this behavior asked: nothing reads
+        # the slots between them, so they are absorbed together before the next decision batch is
+        # matched (or when the loop ends, or a crash ends it), in the order they came
+        pending: list[TerminalSteps] = []
+        try:
+            for _ in range(self.max_idle_steps):
+                env.step()
+                dec, term = read(env)
+                if len(term):
+                    pending.append(term)
+                inst.dec = dec
+                ids = dec.agent_id
+                if len(ids) == 0:  # nobody of this behavior asks (between decisions): step on
+                    inst.rows = inst.none_asking
+                    inst.identity = False
+                    self._answer_others(inst)
+                    continue
+                if pending:
+                    batches, pending = pending, []
+                    absorb_terminals(inst, batches, self.spaces, self._obs_buf, *ended)
+                kept = self._steady_match(inst, ids)  # (never steady on an empty batch: steady_ids are not)
+                if kept is not None:
+                    # steady state: every slot's agent (or its successor) asks at the same row as last time
+                    rows = inst.steady_rows
+                    # slot i at row i: slices instead of row selections
+                    at = slice(0, n) if inst.steady_identity else rows
+                    if kept is inst.everyone:
+                        reward += dec.reward[at]
+                        group_reward += dec.group_reward[at]
+                    else:  # slots re-bound just now get no reward for their agent's first decision
+                        # (x + -0.0 is x for every float32 x, -0.0 and NaN included: the others unchanged)
+                        reward += np.where(kept, dec.reward[at], -0.0)
+                        group_reward += np.where(kept, dec.group_reward[at], -0.0)
+                    inst.rows, inst.identity = rows, inst.steady_identity
+                    inst.group_id[:] = dec.group_id[at]
+                    converted = self.spaces.observations(dec.obs)
+                    if inst.identity:
+                        _put_slice(self._obs_buf, inst.slots, converted, n)
+                    else:
+                        _put(self._obs_buf, inst.slots, _take(converted, rows))
+                    return _StepResult(reward, group_reward, done, truncated, terminal_obs)
+                rows = match_ids(inst.agent, inst.bound, ids)
+                found = rows >= 0
+                if found.any():
+                    reward[found] += dec.reward[rows[found]]
+                    group_reward[found] += dec.group_reward[rows[found]]
+                    inst.group_id[found] = dec.group_id[rows[found]]
+                self._bind(inst, dec, rows)
+                if inst.all_bound and (inst.rows >= 0).all():
+                    inst.steady_ids = np.array(ids, copy=True)
+                    inst.steady_rows = inst.rows
+                    inst.identity = inst.steady_identity = len(ids) >= n and bool(
+                        (inst.rows == inst.arange).all()
+                    )
+                # a slot whose agent ended its episode waits with the others for the next request, so
+                # a death between two decisions does not make a step where every slot is inactive
+                if (inst.rows >= 0).any():
+                    break
+                self._answer_idle(inst, dec)
+            else:
+                if pending:
+                    batches, pending = pending, []
+                    absorb_terminals(inst, batches, self.spaces, self._obs_buf, *ended)
+                if not done.any():
+                    raise UnityNoDecisionError(
+                        f"Unity worker {inst.worker_id}: none of its {n} slots' agents of behavior "
+                        f"{self.behavior_name!r} asked for a decision or ended an episode in {self.max_idle_steps} "
+                        "Unity steps. Raise max_idle_steps if the agents decide that rarely."
+                    )
+                # nobody asks any more, but episodes ended: report them
+        except BaseException:
+            # a crash (or an error): the slots whose agents ended end as they would have Unity step by
+            # Unity step; their placeholders are the terminal observations a restart reports
+            if pending:
+                absorb_terminals(inst, pending, self.spaces, self._obs_buf, *ended)
+            raise
         self._write_obs(inst, inst.dec, np.flatnonzero(inst.rows >= 0))
         return _StepResult(reward, group_reward, done, truncated, terminal_obs)
-
-    def _absorb_terminal(
-        self,
-        inst: _Instance,
-        term: TerminalSteps,
-        reward: np.ndarray,
-        group_reward: np.ndarray,
-        done: np.ndarray,
-        truncated: np.ndarray,
-        terminal_obs: dict[int, Any],
-    ) -> None:
-        # few agents end per step: a dict lookup beats sorting every slot's id
-        slot_of = inst.slot_of
-        pairs = [(slot_of.pop(a), j) for j, a in enumerate(term.agent_id.tolist()) if a in slot_of]
-        if not pairs:
-            return
-        converted = self.spaces.observations(term.obs)
-        if len(pairs) == 1:  # the usual case
-            slot, j = pairs[0]
-            ended: Any = slot
-            last = _copy(_row(converted, j))
-            terminal_obs[slot] = last
-        else:
-            slots = [p[0] for p in pairs]
-            ended = np.array(slots, dtype=np.int64)
-            every = len(pairs) == len(term)  # every ended agent had a slot (the usual case): no row selection
-            term_rows: Any = slice(None) if every else np.array([p[1] for p in pairs], dtype=np.int64)
-            last = _copy(converted) if every else _take(converted, term_rows)
-            if isinstance(last, dict):
-                for j, local in enumerate(slots):
-                    terminal_obs[local] = _row(last, j)
-            else:  # a row view each, as last[j]
-                terminal_obs.update(zip(slots, last))
-        if len(pairs) <= _FEW_ENDED:  # scalar steps beat a dozen row selections
-            rew, group_rew = term.reward.tolist(), term.group_reward.tolist()  # float32 values, exact
-            groups, interrupted = term.group_id.tolist(), term.interrupted.tolist()
-            group_id = inst.group_id
-            for slot, j in pairs:
-                reward[slot] += rew[j]  # a float32 sum, as with term.reward[j]
-                group_reward[slot] += group_rew[j]
-                group_id[slot] = groups[j]
-                done[slot] = True
-                truncated[slot] = interrupted[j]
-        else:  # more than _FEW_ENDED pairs: ``term_rows`` is set above
-            reward[ended] += term.reward[term_rows]
-            group_reward[ended] += term.group_reward[term_rows]
-            inst.group_id[ended] = term.group_id[term_rows]
-            truncated[ended] = term.interrupted[term_rows]
-            done[ended] = True
-        # placeholder until a new agent takes the slot: the terminal observation
-        _put(self._obs_buf, inst.start + ended, last)
-        inst.bound[ended] = False
-        rows = inst.rows.copy()  # may be shared (``steady_rows``, ``none_asking``)
-        rows[ended] = -1
-        inst.rows = rows
-        inst.all_bound = False
-        inst.identity = False
 
     def _steady_match(self, inst: _Instance, ids: np.ndarray) -> np.ndarray | None:
         """Whether the decision batch ``ids`` keeps every slot at its ``steady_rows`` row: ``None`` if
@@ -492,38 +413,42 @@ class InstancesMixin:
         :param ids: ``(n_agents,)`` the agent ids of the decision batch, as long as ``steady_ids``.
         :return: ``(n,)`` bool, the slots that were bound before.
         """
-        kept = inst.bound.copy()
-        free = (~kept).nonzero()[0]
+        bound = inst.bound
+        free = (~bound).nonzero()[0]
         if len(free) == 1:  # one slot ended (the usual case with few agents): the same, in scalar steps
-            return self._rebind_one(inst, ids, kept, int(free[0]))
-        free_rows = inst.steady_rows[free]
+            return self._rebind_one(inst, ids, int(free[0]))
+        free_rows = free if inst.steady_identity else inst.steady_rows[free]
         moved = ids != inst.steady_ids
         moved[free_rows] = False
         if _any(moved):  # a bound slot's agent is not at its row any more
             return None
         new_ids = ids[free_rows]
-        old_ids = inst.previous[free]
+        old_ids = inst.agent[free]
         renewed = new_ids != old_ids  # free slots whose row holds a new agent
         if _any(renewed):
-            # few agents end at once: a set beats np.isin's sorting
-            renewed_rows = free_rows[renewed]
-            if (
-                len(ids) != inst.n
-                or _any(renewed_rows[1:] <= renewed_rows[:-1])  # not in the slots' order
-                or not set(old_ids.tolist()).isdisjoint(new_ids[renewed].tolist())
-            ):
+            # free slots take the new agents in batch order: their rows must rise with the slots (slot i
+            # at row i always does)
+            if len(ids) != inst.n:
                 return None
+            if not inst.steady_identity:
+                renewed_rows = free_rows[renewed]
+                if _any(renewed_rows[1:] <= renewed_rows[:-1]):
+                    return None
+            # few agents end at once: a set beats np.isin's sorting
+            if not set(old_ids.tolist()).isdisjoint(new_ids[renewed].tolist()):
+                return None  # a free slot's old agent asks at another free slot's row: _bind's case
             inst.steady_ids = np.array(ids, copy=True)
+        kept = bound.copy()
+        # (every slot had an agent since ``steady_ids`` were set: ``had_agent`` is True already)
         inst.agent[free] = new_ids
-        inst.previous[free] = new_ids
-        inst.had_agent[free] = True
-        inst.bound[free] = True
+        bound[free] = True
+        slot_of = inst.slot_of
         for slot, agent_id in zip(free.tolist(), new_ids.tolist()):
-            inst.slot_of[agent_id] = slot
+            slot_of[agent_id] = slot
         inst.all_bound = True
         return kept
 
-    def _rebind_one(self, inst: _Instance, ids: np.ndarray, kept: np.ndarray, slot: int) -> np.ndarray | None:
+    def _rebind_one(self, inst: _Instance, ids: np.ndarray, slot: int) -> np.ndarray | None:
         """:meth:`_rebind_steady` when ``slot`` is the only free slot. With one renewed row the order
         check holds trivially, and the old agent differs from the new one by definition."""
         row = int(inst.steady_rows[slot])
@@ -532,13 +457,12 @@ class InstancesMixin:
         if _any(moved):  # a bound slot's agent is not at its row any more
             return None
         new_id = int(ids[row])
-        if new_id != inst.previous[slot]:  # a new agent at the row
+        if new_id != inst.agent[slot]:  # a new agent at the row
             if len(ids) != inst.n:
                 return None
             inst.steady_ids = np.array(ids, copy=True)
+        kept = inst.bound.copy()
         inst.agent[slot] = new_id
-        inst.previous[slot] = new_id
-        inst.had_agent[slot] = True
         inst.bound[slot] = True
         inst.slot_of[new_id] = slot
         inst.all_bound = True
@@ -554,15 +478,12 @@ class InstancesMixin:
             inst.all_bound = len(free) == 0
             return
         candidates = unassigned_rows(rows, len(dec))
-        pairs = assign_free_slots(
-            free, inst.previous, inst.had_agent, dec.agent_id[candidates].astype(np.int64)
-        )
+        pairs = assign_free_slots(free, inst.agent, inst.had_agent, dec.agent_id[candidates].astype(np.int64))
         for slot, j in pairs:
             row = int(candidates[j])
             agent_id = int(dec.agent_id[row])
             inst.agent[slot] = agent_id
             inst.slot_of[agent_id] = slot
-            inst.previous[slot] = agent_id
             inst.bound[slot] = True
             inst.had_agent[slot] = True
             inst.rows[slot] = row

@@ -15,7 +15,8 @@ from mlagents_envs.exception import UnityActionException, UnityException
 
 from unity_sb3.unity.errors import UnityConfigurationError, UnityProcessError
 from unity_sb3.validation import is_int, is_number
-from unity_sb3.wrappers.instances import _copy, _Instance, _kill_if_hung, _row, _StepResult, _str_or_none
+from unity_sb3.wrappers._terminals import _copy, _row
+from unity_sb3.wrappers.instances import _Instance, _kill_if_hung, _StepResult, _str_or_none
 
 #: the restart settings as ``unity-sb3 train``, a flat config and UnityVecEnv name them
 RESTART_SETTINGS = ("max_restarts", "restarts_rate_limit_n", "restarts_rate_limit_period_s")
