@@ -201,23 +201,26 @@ def compute_poca_returns(
         for t, i, u in zip(act_rows[died], act_cols[died], act_ends[died])
         if int(group_keys[t, i]) in alive_keys[u]
     }
+    # What does not depend on the recursion, for every active row at once (row-major order): the
+    # decision's last step, whether its agent lived on, and V at the next decision or bootstrap.
+    act_living = ~died
+    act_next = act_ends + 1
+    act_inside = act_living & (act_next < n_steps)  # the agent's own next decision
+    act_v_next = np.zeros(act_rows.size, dtype=np.float64)
+    act_v_next[act_inside] = values[act_next[act_inside], act_cols[act_inside]]
+    bootstrap = act_living & ~act_inside  # the rollout ended while the agent lived
+    waiting = bootstrap & ~last_active[act_cols]  # ... between two of its decisions
+    act_v_next[bootstrap] = np.where(
+        waiting[bootstrap], values[act_rows[bootstrap], act_cols[bootstrap]], last_values[act_cols[bootstrap]]
+    )
+    act_g_next = act_v_next.copy()  # inside rows take G of the next decision in the loop
+    row_start = np.searchsorted(act_rows, np.arange(n_steps + 1))
     for t in reversed(range(n_steps)):
-        cols = np.flatnonzero(active[t])
-        u = end[t, cols]
-        v_next = np.zeros(cols.size, dtype=np.float64)
-        living = ~dones[u, cols]
-        s = u + 1
-        inside = living & (s < n_steps)  # the agent's own next decision
-        v_next[inside] = values[s[inside], cols[inside]]
-        g_next = v_next.copy()
-        g_next[inside] = returns[s[inside], cols[inside]]
-        bootstrap = living & ~inside  # the rollout ended while the agent lived
-        waiting = bootstrap & ~last_active[cols]  # ... between two of its decisions
-        v_next[bootstrap] = np.where(
-            waiting[bootstrap], values[t, cols[bootstrap]], last_values[cols[bootstrap]]
-        )
-        g_next[bootstrap] = v_next[bootstrap]
-        for k in np.flatnonzero(~living):
+        a, b = row_start[t], row_start[t + 1]
+        cols, u = act_cols[a:b], act_ends[a:b]
+        v_next, g_next, inside = act_v_next[a:b], act_g_next[a:b], act_inside[a:b]
+        g_next[inside] = returns[act_next[a:b][inside], cols[inside]]
+        for k in np.flatnonzero(~act_living[a:b]):
             i, key, end_step = cols[k], int(group_keys[t, cols[k]]), u[k]
             if key in alive_keys[end_step]:  # posthumous credit: continue with the group
                 fallback = float(values[t, i])
