@@ -24,8 +24,8 @@ time per exchange in-process (:func:`own_work`). Writes ``benchmarks/results/pla
 Usage::
 
     python benchmarks/player_protocol.py [--steps 1000] [--rounds 3] [--scenes Ball3D GridWorld Escape]
-        [--baseline DIR] [--profile DIR]
-    python benchmarks/player_protocol.py --own-work [--baseline DIR]
+        [--baseline DIR] [--profile DIR] [--param num_agents=64 ...]
+    python benchmarks/player_protocol.py --own-work [--baseline DIR] [--param ...]
 """
 
 from __future__ import annotations
@@ -60,12 +60,19 @@ ROOT_VARIABLE = "PLAYER_PROTOCOL_ROOT"
 EXCHANGE_METHOD = "/communicator_objects.UnityToExternalProto/Exchange"
 
 
-def serve_bare(scene: str, port: int, seed: int) -> int:
+def _scene_params(params: list[str]) -> dict[str, object]:
+    from unity_sb3.scenes.player.server import parse_param
+
+    return dict(parse_param(p) for p in params)
+
+
+def serve_bare(scene: str, port: int, seed: int, params: list[str] = ()) -> int:
     """The do-nothing Unity side: the scene's handshake, then one pre-serialized output forever.
 
     :param scene: embedded scene name; only its handshake and its reset's output are used.
     :param port: Python's gRPC port.
     :param seed: scene seed.
+    :param params: ``key=value`` scene parameters.
     :return: exit code, 0 when Python closed.
     """
     import grpc
@@ -74,7 +81,7 @@ def serve_bare(scene: str, port: int, seed: int) -> int:
 
     from unity_sb3.scenes.player.server import StandInPlayer, load_scene
 
-    env = load_scene(scene, seed=seed)
+    env = load_scene(scene, seed=seed, params=_scene_params(params))
     player = StandInPlayer(env, port, name=scene)
     handshake = player.handshake_message().SerializeToString()
     env.reset()
@@ -96,7 +103,13 @@ def serve_bare(scene: str, port: int, seed: int) -> int:
 
 
 def _unity_side(
-    side: str, scene: str, port: int, seed: int, profile: Path | None, baseline: Path | None
+    side: str,
+    scene: str,
+    port: int,
+    seed: int,
+    profile: Path | None,
+    baseline: Path | None,
+    params: list[str] = (),
 ) -> subprocess.Popen:
     """Start the process that plays Unity for ``side`` (optionally under cProfile).
 
@@ -110,6 +123,8 @@ def _unity_side(
         args = [*python, __file__, "--serve-bare", scene, "--port", str(port), "--seed", str(seed)]
     else:  # cProfile takes -m too
         args = [*python, "-m", "unity_sb3.scenes.player", scene, "--mlagents-port", str(port)]
+    for param in params:
+        args += ["--param", param]
     root = baseline if side == "baseline" else Path(__file__).resolve().parents[1]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
     return subprocess.Popen(args, cwd=root, env=env)
@@ -125,7 +140,13 @@ def _cpu_seconds(pid: int) -> float:
 
 
 def measure(
-    side: str, scene: str, steps: int, seed: int, profile_dir: Path | None, baseline: Path | None = None
+    side: str,
+    scene: str,
+    steps: int,
+    seed: int,
+    profile_dir: Path | None,
+    baseline: Path | None = None,
+    params: list[str] = (),
 ) -> dict[str, float]:
     """One round: start ``side``'s Unity process, run ``steps`` random steps, close.
 
@@ -136,7 +157,7 @@ def measure(
     port = free_base_port(1)
     stem = f"{scene}-{side}"
     unity_profile = profile_dir / f"{stem}-unity.prof" if profile_dir else None
-    process = _unity_side(side, scene, port, seed, unity_profile, baseline)
+    process = _unity_side(side, scene, port, seed, unity_profile, baseline, params)
     env = UnityEnvironment(
         file_name=None,
         base_port=port,
@@ -166,7 +187,7 @@ def measure(
     }
 
 
-def own_work(scene: str, exchanges: int, repeats: int, seed: int) -> float:
+def own_work(scene: str, exchanges: int, repeats: int, seed: int, params: list[str] = ()) -> float:
     """CPU microseconds per exchange that the player spends on itself, measured in-process.
 
     What the player does between two ``Exchange`` calls: parse Python's input (built as
@@ -181,7 +202,7 @@ def own_work(scene: str, exchanges: int, repeats: int, seed: int) -> float:
 
     best = math.inf
     for _ in range(repeats):
-        env = load_scene(scene, seed=seed)
+        env = load_scene(scene, seed=seed, params=_scene_params(params))
         player = StandInPlayer(env, 1, name=scene)
         output = getattr(player, "output_message", None) or player._output_message  # its name before ec43297
         rng = np.random.default_rng(seed)
@@ -210,9 +231,11 @@ def own_work(scene: str, exchanges: int, repeats: int, seed: int) -> float:
     return 1e6 * best
 
 
-def _own_work_of(root: Path, scene: str, seed: int) -> float:
+def _own_work_of(root: Path, scene: str, seed: int, params: list[str] = ()) -> float:
     """:func:`own_work` in a process importing unity_sb3 from ``root``."""
     args = [sys.executable, __file__, "--own-work-of", scene, "--seed", str(seed)]
+    for param in params:
+        args += ["--param", param]
     result = subprocess.run(
         args, env={**os.environ, ROOT_VARIABLE: str(root)}, capture_output=True, text=True
     )
@@ -221,7 +244,9 @@ def _own_work_of(root: Path, scene: str, seed: int) -> float:
     return float(result.stdout.split()[-1])
 
 
-def compare_own_work(scenes: list[str], baseline: Path | None, seed: int, alternations: int = 3) -> int:
+def compare_own_work(
+    scenes: list[str], baseline: Path | None, seed: int, alternations: int = 3, params: list[str] = ()
+) -> int:
     """Print and write the player's own work per exchange, this tree's and the baseline's.
 
     Each value is the median of ``alternations`` processes, the trees alternating.
@@ -234,7 +259,7 @@ def compare_own_work(scenes: list[str], baseline: Path | None, seed: int, altern
         runs: dict[str, list[float]] = {side: [] for side in roots}
         for _ in range(alternations):
             for side, root in roots.items():
-                runs[side].append(_own_work_of(root, scene, seed))
+                runs[side].append(_own_work_of(root, scene, seed, params))
         row: dict[str, object] = {"scene": scene}
         for side in roots:
             row[f"{side}_own_us"] = statistics.median(runs[side])
@@ -243,7 +268,9 @@ def compare_own_work(scenes: list[str], baseline: Path | None, seed: int, altern
     print_table(
         rows, ["scene", *(f"{side}_own_us" for side in roots)], title="Player's own CPU us per exchange"
     )
-    print(f"wrote {write_results('player_own_work', rows, seed=seed, baseline=baseline)}")
+    print(
+        f"wrote {write_results('player_own_work', rows, seed=seed, baseline=baseline, params=list(params))}"
+    )
     return 0
 
 
@@ -253,6 +280,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="rounds per side and scene (median reported)")
     parser.add_argument("--scenes", nargs="*", default=list(SCENES), help="embedded scene names")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="scene parameter for every side, e.g. num_agents=64 (repeatable)",
+    )
     parser.add_argument("--profile", type=Path, default=None, metavar="DIR", help="write cProfile files here")
     parser.add_argument(
         "--baseline",
@@ -271,12 +305,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve_bare:
-        return serve_bare(args.serve_bare, args.port, args.seed)
+        return serve_bare(args.serve_bare, args.port, args.seed, args.param)
     if args.own_work_of:
-        print(own_work(args.own_work_of, exchanges=400, repeats=5, seed=args.seed))
+        print(own_work(args.own_work_of, exchanges=400, repeats=5, seed=args.seed, params=args.param))
         return 0
     if args.own_work:
-        return compare_own_work(args.scenes, args.baseline, args.seed)
+        return compare_own_work(args.scenes, args.baseline, args.seed, params=args.param)
     if args.profile:
         args.profile.mkdir(parents=True, exist_ok=True)
 
@@ -286,7 +320,9 @@ def main(argv: list[str] | None = None) -> int:
         rates: dict[str, list[dict[str, float]]] = {side: [] for side in sides}
         for _ in range(args.rounds):
             for side in sides:
-                rates[side].append(measure(side, scene, args.steps, args.seed, args.profile, args.baseline))
+                rates[side].append(
+                    measure(side, scene, args.steps, args.seed, args.profile, args.baseline, args.param)
+                )
         median = {side: statistics.median(r["exchanges_per_s"] for r in rates[side]) for side in sides}
         cpu = {
             side: {
@@ -322,7 +358,13 @@ def main(argv: list[str] | None = None) -> int:
         title=f"Player vs bare protocol, {args.steps} steps x {args.rounds} rounds, median (target ratio >= 0.7)",
     )
     path = write_results(
-        "player_protocol", rows, steps=args.steps, rounds=args.rounds, seed=args.seed, baseline=args.baseline
+        "player_protocol",
+        rows,
+        steps=args.steps,
+        rounds=args.rounds,
+        seed=args.seed,
+        baseline=args.baseline,
+        params=args.param,
     )
     print(f"wrote {path}")
     return 0
