@@ -56,7 +56,7 @@ class StepReader:
     def read(self, env: BaseEnv) -> tuple[DecisionSteps, TerminalSteps]:
         """``env.get_steps(behavior_name)``, normalised."""
         decisions, terminals = env.get_steps(self.behavior_name)
-        return self.normalize(decisions, terminals)
+        return self.decisions(decisions), self.terminals(terminals)
 
     def normalize(
         self, decisions: DecisionSteps, terminals: TerminalSteps

@@ -114,7 +114,9 @@ def absorb_terminals(
         pairs = [(slot_of.pop(a), j) for j, a in enumerate(term.agent_id.tolist()) if a in slot_of]
         if pairs:
             parts.append((term, pairs))
-    if len(parts) > 1:
+    # one batch of many slots beats several of a few (few slots each end in scalar steps, which beat
+    # concatenating the batches: measured with 12 and 256 Ball3D agents)
+    if len(parts) > 1 and sum(len(pairs) for _, pairs in parts) > _FEW_ENDED:
         parts = _merged(parts)
     for term, pairs in parts:
         _absorb_pairs(inst, term, pairs, spaces, obs_buf, reward, group_reward, done, truncated, terminal_obs)

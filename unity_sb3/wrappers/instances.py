@@ -320,7 +320,7 @@ class InstancesMixin:
             for _ in range(self.max_idle_steps):
                 env.step()
                 dec, term = read(env)
-                if len(term):
+                if len(term.agent_id):  # (a read batch's fields are arrays)
                     pending.append(term)
                 inst.dec = dec
                 ids = dec.agent_id
