@@ -153,27 +153,33 @@ class FlatAdam(th.optim.Adam):
         ):
             return False
         params = group["params"]
-        with_grad = tuple(k for k, p in enumerate(params) if p.grad is not None)
-        if not with_grad:
-            return True  # torch's Adam steps nothing either
-        if any(params[k].grad.is_sparse for k in with_grad):
+        all_grads = [p.grad for p in params]
+        if None in all_grads:
+            with_grad = tuple(k for k, g in enumerate(all_grads) if g is not None)
+            if not with_grad:
+                return True  # torch's Adam steps nothing either
+            grad_list = [all_grads[k] for k in with_grad]
+        else:
+            with_grad, grad_list = None, all_grads
+        if any(g.is_sparse for g in grad_list):
             return False
         flat = self._flat_state(index, group)
         if flat is None:
             return False
         _, exp_avg, exp_avg_sq, steps = flat
         plan = self._plan(index, params, with_grad)
-        chosen, rows, sizes, views, owners = plan
-        stepped = [params[k] for k in chosen] if rows is not None else params
-        grads = _flatten_dense_tensors([p.grad for p in stepped])
-        values = _flatten_dense_tensors(stepped)
+        chosen, rows, sizes, views, owners = plan[:5]
+        grads = _flatten_dense_tensors(grad_list)
+        values = _flatten_dense_tensors([params[k] for k in chosen] if rows is not None else params)
         if rows is None:  # every parameter has a gradient: the buffers themselves
             exp_avgs, exp_avg_sqs = exp_avg, exp_avg_sq
             steps.add_(1.0)
             counts = steps.tolist()
         else:
             exp_avgs, exp_avg_sqs = exp_avg.index_select(0, rows), exp_avg_sq.index_select(0, rows)
-            counts = [steps[k].add_(1.0).item() for k in chosen]
+            stepped = steps[plan[5]] + 1.0  # the same float32 additions as each step's += 1
+            steps[plan[5]] = stepped
+            counts = stepped.tolist()
         beta1, beta2 = group["betas"]
         lr, eps = group["lr"], group["eps"]
         # torch.optim.adam._multi_tensor_adam (capturable=False): its operations in its order, with
@@ -181,14 +187,16 @@ class FlatAdam(th.optim.Adam):
         exp_avgs.lerp_(grads, 1 - beta1)
         exp_avg_sqs.mul_(beta2)
         exp_avg_sqs.addcmul_(grads, grads, value=1 - beta2)
-        step_sizes = [(lr / (1 - beta1**n)) * -1 for n in counts]
-        bias_correction2_sqrts = [(1 - beta2**n) ** 0.5 for n in counts]
+        scalars_of = {n: ((lr / (1 - beta1**n)) * -1, (1 - beta2**n) ** 0.5) for n in set(counts)}
         denom = exp_avg_sqs.sqrt()
-        if all(n == counts[0] for n in counts):  # one step count: the scalars as torch passes them
-            denom.div_(bias_correction2_sqrts[0])
+        if len(scalars_of) == 1:  # one step count: the scalars as torch passes them
+            step_size, bias_correction2_sqrt = scalars_of[counts[0]]
+            denom.div_(bias_correction2_sqrt)
             denom.add_(eps)
-            values.addcdiv_(exp_avgs, denom, value=step_sizes[0])
+            values.addcdiv_(exp_avgs, denom, value=step_size)
         else:  # each parameter's scalars spread over its elements; addcdiv's value * t1 / t2 in order
+            step_sizes = [scalars_of[n][0] for n in counts]
+            bias_correction2_sqrts = [scalars_of[n][1] for n in counts]
             scalars = th.tensor(
                 [bias_correction2_sqrts, step_sizes], dtype=values.dtype, device=values.device
             )
@@ -203,14 +211,17 @@ class FlatAdam(th.optim.Adam):
         return True
 
     def _plan(
-        self, index: int, params: list[th.Tensor], with_grad: tuple[int, ...]
-    ) -> tuple[tuple[int, ...], th.Tensor | None, list[int], list[th.Tensor], th.Tensor]:
-        """Which parameters step (indices), their rows in the flat buffers (None: all of them),
-        their sizes, flat views of their data, and the stepping parameter of each element."""
+        self, index: int, params: list[th.Tensor], with_grad: tuple[int, ...] | None
+    ) -> tuple[Any, ...]:
+        """Which parameters step (indices; ``with_grad`` None: all), their rows in the flat buffers
+        (None: all of them), their sizes, flat views of their data, the stepping parameter of each
+        element, and the indices as a tensor."""
         views = self._param_views(index, params)
         key = (index, with_grad)
         plan = self._plans.get(key)
         if plan is None:
+            if with_grad is None:
+                with_grad = tuple(range(len(params)))
             device = params[0].device
             sizes = [params[k].numel() for k in with_grad]
             rows = None
@@ -220,5 +231,6 @@ class FlatAdam(th.optim.Adam):
                     offsets.append(offsets[-1] + p.numel())
                 rows = th.cat([th.arange(offsets[k], offsets[k + 1]) for k in with_grad]).to(device)
             owners = th.arange(len(sizes), device=device).repeat_interleave(th.tensor(sizes, device=device))
-            plan = self._plans[key] = (with_grad, rows, sizes, [views[k] for k in with_grad], owners)
+            chosen = th.tensor(with_grad, dtype=th.long)
+            plan = self._plans[key] = (with_grad, rows, sizes, [views[k] for k in with_grad], owners, chosen)
         return plan
