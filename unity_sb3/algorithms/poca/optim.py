@@ -10,9 +10,13 @@ concatenated gradients and parameters. Element-wise float operations do not depe
 element sits, so the result equals ``torch.optim.Adam(foreach=True)``'s exactly (tests compare them
 over many steps and tensor sizes).
 
-The flat path is taken when every parameter of the group has a gradient, all share one step count,
-and the settings are the plain ones (no AMSGrad, weight decay, maximize, capturable, complex or
-sparse tensors); any other step goes through torch's own ``foreach`` code on the same state.
+The flat path takes the plain settings (no AMSGrad, weight decay, maximize, capturable, complex or
+sparse tensors, one dtype and device per group): parameters without a gradient are left out as
+torch leaves them out, and parameters whose step counts differ (one that missed a gradient once)
+get their own bias corrections, spread over their elements. Any other step goes through torch's
+own ``foreach`` code on the same state. Unlike torch's Adam, state is created for every parameter
+of a group at its first step (zeros, step 0, as Adam would create it later), so a ``state_dict``
+also lists parameters that never had a gradient.
 """
 
 from __future__ import annotations
@@ -36,9 +40,7 @@ class FlatAdam(th.optim.Adam):
         super().__init__(params, **kwargs)
         self._flat: dict[int, tuple[list[th.Tensor], th.Tensor, th.Tensor, th.Tensor]] = {}
         self._views: dict[int, tuple[list[int], list[th.Tensor]]] = {}
-        self._plans: dict[
-            tuple[int, tuple[int, ...]], tuple[tuple[int, ...], th.Tensor | None, list[int], list[th.Tensor]]
-        ] = {}
+        self._plans: dict[tuple[int, tuple[int, ...] | None], tuple[Any, ...]] = {}
 
     def _param_views(self, index: int, params: list[th.Tensor]) -> list[th.Tensor]:
         """Flat views of the group's parameters' data (rebuilt if a parameter's storage changed)."""
