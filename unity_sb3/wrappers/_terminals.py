@@ -52,7 +52,9 @@ def _merged(
     parts: list[tuple[TerminalSteps, list[tuple[int, int]]]],
 ) -> list[tuple[TerminalSteps, list[tuple[int, int]]]]:
     """Several terminal batches with their ``(slot, row)`` pairs as one batch (rows shifted), when
-    their arrays concatenate without changing a type; else ``parts`` as they are."""
+    their arrays concatenate without changing a type; else ``parts`` as they are. (Conservative:
+    float observations of mixed widths would give the same float32 values, but group ids of mixed
+    signedness, e.g. uint64 and int64, would concatenate to floats.)"""
     first = parts[0][0]
     for term, _ in parts[1:]:
         if term.group_id.dtype != first.group_id.dtype or any(
