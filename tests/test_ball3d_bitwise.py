@@ -12,12 +12,12 @@ from the plain code before the change (``RECORDED``).
 from __future__ import annotations
 
 import hashlib
-import platform
 
 import numpy as np
 import pytest
 from mlagents_envs.base_env import ActionTuple
 from mlagents_envs.side_channel.stats_side_channel import StatsAggregationMethod
+from recorded_floats import computes_as_recorded
 
 from unity_sb3.scenes.ball3d import (
     ANGULAR_DRAG,
@@ -247,17 +247,5 @@ RECORDED = [
 def test_optimised_step_matches_the_plain_one_bit_for_bit(policy, steps, params, recorded):
     fast = trajectory_hash(Ball3D, policy, steps, **params)
     assert fast == trajectory_hash(PlainBall3D, policy, steps, **params)
-    if _as_recorded():
+    if computes_as_recorded():
         assert fast == recorded
-
-
-def _as_recorded() -> bool:
-    """Whether this machine computes as the one that recorded ``RECORDED`` did (float results,
-    sines and cosines above all, differ between CPUs and numpy builds)."""
-    features = getattr(getattr(np, "_core", None), "_multiarray_umath", None)
-    features = getattr(features, "__cpu_features__", {})
-    return (
-        platform.machine() == "x86_64"
-        and np.__version__.startswith("2.4")
-        and bool(features.get("AVX512_SKX"))
-    )

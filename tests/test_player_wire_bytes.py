@@ -13,10 +13,10 @@ per-agent protobuf code gives (``plain_write``, ``plain_actions``), message for 
 from __future__ import annotations
 
 import hashlib
-import platform
 
 import numpy as np
 import pytest
+from recorded_floats import computes_as_recorded
 
 # isort: off
 import unity_sb3  # noqa: F401  (first: makes mlagents_envs import on protobuf >= 4)
@@ -122,21 +122,9 @@ RECORDED = [
 ]
 
 
-def _machine_as_recorded() -> bool:
-    """Whether this machine computes the scenes' floats as the recording one did (as in
-    ``test_ball3d_bitwise``: sines and cosines differ between CPUs and numpy builds)."""
-    features = getattr(getattr(np, "_core", None), "_multiarray_umath", None)
-    features = getattr(features, "__cpu_features__", {})
-    return (
-        platform.machine() == "x86_64"
-        and np.__version__.startswith("2.4")
-        and bool(features.get("AVX512_SKX"))
-    )
-
-
 @pytest.mark.parametrize(("scene", "exchanges", "params", "recorded"), RECORDED)
 def test_player_sends_the_recorded_bytes(scene, exchanges, params, recorded):
-    if not _machine_as_recorded():
+    if not computes_as_recorded():
         pytest.skip("recorded on x86_64 (AVX-512) with numpy 2.4: scene floats may differ elsewhere")
     assert wire_fingerprint(scene, exchanges, **params) == recorded
 

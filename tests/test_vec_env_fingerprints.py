@@ -15,6 +15,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from recorded_floats import computes_as_recorded
 from vec_env_traces import fingerprint, recorded, scenarios
 
 
@@ -24,4 +25,8 @@ def test_every_scenario_has_a_recorded_fingerprint():
 
 @pytest.mark.parametrize("name", list(scenarios()))
 def test_outputs_are_those_recorded(name):
+    if not name.startswith("scripted") and not computes_as_recorded():
+        pytest.skip(
+            "scene dynamics recorded on x86_64 (AVX-512) with numpy 2.4: their floats may differ here"
+        )
     assert fingerprint(name) == recorded()[name]
