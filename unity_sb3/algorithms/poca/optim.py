@@ -156,7 +156,7 @@ class FlatAdam(th.optim.Adam):
             return False
         params = group["params"]
         all_grads = [p.grad for p in params]
-        if None in all_grads:
+        if any(g is None for g in all_grads):  # not `None in`: that calls Tensor.__eq__(None), slowly
             with_grad = tuple(k for k, g in enumerate(all_grads) if g is not None)
             if not with_grad:
                 return True  # torch's Adam steps nothing either
@@ -202,7 +202,7 @@ class FlatAdam(th.optim.Adam):
             scalars = th.tensor(
                 [bias_correction2_sqrts, step_sizes], dtype=values.dtype, device=values.device
             )
-            spread = scalars[:, owners]
+            spread = scalars.index_select(1, owners)
             denom.div_(spread[0])
             denom.add_(eps)
             values.add_(spread[1].mul_(exp_avgs).div_(denom))
