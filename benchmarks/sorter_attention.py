@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 import torch as th
+from stable_baselines3.common.logger import KVWriter, Logger
 from stable_baselines3.common.vec_env import VecMonitor
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -140,6 +141,8 @@ def run(
         warnings.simplefilter("ignore")  # the flatten run's "pads and flattens" warning
         model = make_model(encoder, env, seed, separate, parse_settings(overrides or []), activation)
     recorder = EpisodeRecorder()
+    updates = _UpdateStats()
+    model.set_logger(Logger(folder=None, output_formats=[updates]))
     start = time.perf_counter()
     model.learn(steps, callback=recorder)
     elapsed = time.perf_counter() - start
@@ -153,7 +156,35 @@ def run(
         "final_return": float(np.mean(tail)) if tail else float("nan"),
         "curve": windowed_mean(recorder.episodes, steps, window),
         "seconds": round(elapsed, 1),
+        "updates": updates.halves(),
     }
+
+
+class _UpdateStats(KVWriter):
+    """Keeps PPO's per-update ``train/`` statistics (approx_kl, clip_fraction, entropy_loss, ...)."""
+
+    KEYS = ("approx_kl", "clip_fraction", "entropy_loss")
+
+    def __init__(self) -> None:
+        self.rows: list[dict[str, float]] = []
+
+    def write(self, key_values: dict[str, Any], key_excluded: dict[str, Any], step: int = 0) -> None:
+        row = {k[len("train/") :]: float(v) for k, v in key_values.items() if k.startswith("train/")}
+        if row:
+            self.rows.append(row)
+
+    def close(self) -> None:
+        pass
+
+    def halves(self) -> dict[str, list[float]]:
+        """Mean of each statistic over the first and the second half of the updates."""
+        out = {}
+        for key in self.KEYS:
+            values = [r[key] for r in self.rows if key in r]
+            if values:
+                half = max(1, len(values) // 2)
+                out[key] = [float(np.mean(values[:half])), float(np.mean(values[half:] or values))]
+        return out
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -205,9 +236,10 @@ def main(argv: list[str] | None = None) -> None:
     ]
     rows = run_tasks(run, tasks, args.jobs)
     for row in rows:
+        stats = "; ".join(f"{k} {a:.4f} -> {b:.4f}" for k, (a, b) in row["updates"].items())
         print(
             f"{row['encoder']:>9} seed {row['seed']}: final return {row['final_return']:.2f} "
-            f"({row['episodes']} episodes, {row['seconds']} s)",
+            f"({row['episodes']} episodes, {row['seconds']} s); per update, first half -> second half: {stats}",
             flush=True,
         )
     summary = []
