@@ -1,63 +1,32 @@
 """POCA's fast paths compute exactly what the slower code they replace computes (bit for bit), except
-the padded critic pass of small minibatches, which matches the split one within float rounding."""
+the padded critic pass of small minibatches, which matches the split one within float rounding; its
+default optimizer is torch's fused (or foreach) Adam."""
 
 from __future__ import annotations
 
 import pytest
 import torch as th
+from goal_line import GoalLineTeam
 
+from unity_sb3 import UnityVecEnv
 from unity_sb3.algorithms.poca.networks import GroupCriticBody
-from unity_sb3.algorithms.poca.optim import FlatAdam
 
 
-def _train(optimizer_class, shapes, steps, seed, skip=None, reload_at=None):
-    th.manual_seed(seed)
-    params = [th.nn.Parameter(th.randn(shape)) for shape in shapes]
-    optimizer = optimizer_class(params, lr=5e-3, eps=1e-5, foreach=True)
-    gen = th.Generator().manual_seed(seed + 1)
-    for step in range(steps):
-        optimizer.zero_grad()
-        for k, p in enumerate(params):
-            if skip is not None and skip(step, k):
-                continue  # no gradient: Adam leaves this parameter (and its step count) alone
-            scale = 10.0 ** int(th.randint(-6, 3, (), generator=gen))
-            p.grad = th.randn(p.shape, generator=gen) * scale
-        optimizer.step()
-        if reload_at == step:  # a state saved and loaded mid-run (as a model save/load does)
-            optimizer.load_state_dict(optimizer.state_dict())
-    return params, optimizer.state_dict()
+def test_default_adam_is_a_multi_tensor_kernel():
+    """POCA's default optimizer steps all parameters in one kernel (fused where torch has it)."""
+    from unity_sb3.algorithms.poca import POCA
+    from unity_sb3.algorithms.poca.policies import adam_kernel_kwargs
 
-
-@pytest.mark.parametrize("case", ["all", "skips", "never", "reload"])
-def test_flat_adam_equals_torch_foreach_adam(case):
-    """Parameters and state (moments, step counts) equal torch's foreach Adam bit for bit, also when
-    some parameters miss gradients (then their step counts differ) or never get one."""
-    shapes = [(32, 1), (32,), (2, 32), (2,), (96, 32), (96,), (7, 3, 5), (1,), (33, 17)]
-    skip = {
-        "all": None,
-        "skips": lambda step, k: (k == 1 and step % 7 == 3) or (k == 4 and step % 11 == 5),
-        "never": lambda step, k: k in (2, 3),
-        "reload": lambda step, k: k == 0 and step % 5 == 0,
-    }[case]
-    reload_at = 40 if case == "reload" else None
-    want, want_state = _train(th.optim.Adam, shapes, 120, 0, skip, reload_at)
-    got, got_state = _train(FlatAdam, shapes, 120, 0, skip, reload_at)
-    assert all(th.equal(a, b) for a, b in zip(want, got))
-    for index, state in want_state["state"].items():
-        for key in ("step", "exp_avg", "exp_avg_sq"):
-            assert th.equal(state[key], got_state["state"][index][key])
-
-
-def test_flat_adam_runs_step_hooks():
-    """Without hooks the step skips torch's profiler wrapper; registered hooks still run."""
-    param = th.nn.Parameter(th.ones(3))
-    optimizer = FlatAdam([param], lr=0.1)
-    calls = []
-    optimizer.register_step_pre_hook(lambda *args: calls.append("pre"))
-    optimizer.register_step_post_hook(lambda *args: calls.append("post"))
-    param.grad = th.ones(3)
-    optimizer.step()
-    assert calls == ["pre", "post"] and not th.equal(param, th.ones(3))
+    kwargs = adam_kernel_kwargs()
+    assert kwargs in ({"fused": True}, {"foreach": True})
+    env = GoalLineTeam(seed=0)
+    try:
+        model = POCA("MlpPolicy", UnityVecEnv(env), n_steps=8, batch_size=8, seed=0)
+        defaults = model.policy.optimizer.defaults
+        assert type(model.policy.optimizer) is th.optim.Adam and defaults["eps"] == 1e-5
+        assert all(defaults[key] is value for key, value in kwargs.items())
+    finally:
+        env.close()
 
 
 @pytest.mark.parametrize("deterministic", [False, True])

@@ -44,7 +44,6 @@ from unity_sb3.algorithms.distributions import (
     split_hybrid_actions,
 )
 from unity_sb3.algorithms.poca.networks import GroupCriticBody
-from unity_sb3.algorithms.poca.optim import FlatAdam
 
 # Observations with a leading (batch, n_members) shape, as a tensor or a dict of tensors.
 GroupObs = th.Tensor | dict[str, th.Tensor]
@@ -104,10 +103,7 @@ class POCAPolicy(BasePolicy):
         if optimizer_kwargs is None:
             optimizer_kwargs = {}
             if optimizer_class == th.optim.Adam:
-                # torch's foreach Adam stepped on flat buffers: the same numbers bit for bit, one
-                # kernel per operation instead of one per parameter tensor (see .optim)
-                optimizer_class = FlatAdam
-                optimizer_kwargs.update(eps=1e-5)
+                optimizer_kwargs.update(eps=1e-5, **adam_kernel_kwargs())
         super().__init__(
             observation_space,
             action_space,
@@ -417,6 +413,26 @@ class POCAPolicy(BasePolicy):
             members = th.cat([own_obs.unsqueeze(1), mate_obs], dim=1)
         own_mask = th.ones((mate_mask.shape[0], 1), dtype=th.bool, device=mate_mask.device)
         return members, th.cat([own_mask, mate_mask.bool()], dim=1)
+
+
+def adam_kernel_kwargs() -> dict[str, bool]:
+    """torch's fused Adam where this torch has it on CPU (2.4 on), else its ``foreach`` Adam.
+
+    With a few thousand weights in two dozen tensors (POCA at ML-Agents' test settings) the per-tensor
+    dispatch of the default CPU Adam is most of an optimizer step; the fused kernel updates every
+    tensor in one call (~3x faster here, the same Adam to float rounding).
+    """
+    global _FUSED_ADAM_ON_CPU
+    if _FUSED_ADAM_ON_CPU is None:
+        try:
+            th.optim.Adam([nn.Parameter(th.zeros(1))], fused=True)
+            _FUSED_ADAM_ON_CPU = True
+        except (RuntimeError, ValueError, TypeError):
+            _FUSED_ADAM_ON_CPU = False
+    return {"fused": True} if _FUSED_ADAM_ON_CPU else {"foreach": True}
+
+
+_FUSED_ADAM_ON_CPU: bool | None = None
 
 
 def sample_masked_categorical(
