@@ -133,3 +133,54 @@ def test_stats_channel_keeps_only_the_newest_values():
     assert channel.get_and_reset_stats() == {}
     with pytest.raises(ValueError, match="max_values"):
         BoundedStatsSideChannel(0)
+
+
+def _stat_message(key: str, value: float, method) -> object:
+    from mlagents_envs.side_channel.incoming_message import IncomingMessage
+    from mlagents_envs.side_channel.outgoing_message import OutgoingMessage
+
+    out = OutgoingMessage()
+    out.write_string(key)
+    out.write_float32(value)
+    out.write_int32(method.value)
+    return IncomingMessage(out.buffer)
+
+
+def test_stats_channel_gives_what_mlagents_channel_gives():
+    """Keys in order, float32 values, every aggregation method, ``stats`` reads and resets as
+    mlagents_envs' ``StatsSideChannel`` does."""
+    from mlagents_envs.side_channel.stats_side_channel import StatsAggregationMethod, StatsSideChannel
+
+    from unity_sb3.unity.channels import BoundedStatsSideChannel
+
+    ours, theirs = BoundedStatsSideChannel(), StatsSideChannel()
+    methods = list(StatsAggregationMethod)
+    for i in range(50):
+        key = ("b/Reward", "a/Length", "c/Hist")[i % 3]
+        for channel in (ours, theirs):
+            channel.on_message_received(_stat_message(key, i * 0.1 - 2.0, methods[i % len(methods)]))
+    assert ours.stats == theirs.stats and list(ours.stats) == list(theirs.stats)
+    assert ours.get_and_reset_stats() == theirs.get_and_reset_stats()
+    assert ours.get_and_reset_stats() == {} and ours.stats == {}
+
+
+def test_stats_channel_keeps_no_garbage_collected_object_per_value():
+    """Values are kept in flat arrays: 5,000 messages add no objects the garbage collector tracks
+    (tuples per value made full collections recur in long runs)."""
+    import gc
+
+    from mlagents_envs.side_channel.stats_side_channel import StatsAggregationMethod
+
+    from unity_sb3.unity.channels import BoundedStatsSideChannel
+
+    channel = BoundedStatsSideChannel(max_values=10_000)
+    messages = [
+        _stat_message("Environment/Reward", float(i), StatsAggregationMethod.AVERAGE) for i in range(5000)
+    ]
+    gc.collect()
+    before = len(gc.get_objects())
+    for message in messages:
+        channel.on_message_received(message)
+    gc.collect()
+    assert len(gc.get_objects()) - before < 50
+    assert len(channel.get_and_reset_stats()["Environment/Reward"]) == 5000

@@ -23,6 +23,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+from array import array
+from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -145,30 +147,61 @@ class EngineSettings:
 # The channels of one Unity instance
 # --------------------------------------------------------------------------------------------
 class BoundedStatsSideChannel(StatsSideChannel):
-    """A ``StatsSideChannel`` that keeps only the newest values of each key.
+    """A ``StatsSideChannel`` that keeps only the newest values of each key, in flat arrays.
 
     ``mlagents-learn`` drains the stats every step; a run without :class:`StatsCallback` never
     does, so a scene that records stats every episode would grow memory for as long as it runs
-    (about 2 MiB per million agent-steps of Ball3D, found by ``benchmarks/soak.py``).
+    (about 2 MiB per million agent-steps of Ball3D, found by ``benchmarks/soak.py``). The values
+    kept are float32 and int8 arrays rather than ``(value, method)`` tuples: tens of thousands of
+    long-lived tuples made Python's full garbage collections (~100 ms each in a training process)
+    recur every few thousand steps (benchmarks/RESULTS.md, "UnityVecEnv overhead").
+
+    ``get_and_reset_stats()`` and ``stats`` give what mlagents_envs' channel gives: per key a list
+    of ``(value, StatsAggregationMethod)`` (``stats`` builds a fresh copy at each read).
 
     :param max_values: values kept per key until ``get_and_reset_stats()``; older ones are
         dropped (at most ``2 * max_values`` are held between trims).
     """
 
     def __init__(self, max_values: int = 10_000) -> None:
-        super().__init__()
         if max_values < 1:
             raise ValueError(f"max_values must be >= 1, got {max_values}")
         self.max_values = int(max_values)
+        self._values: dict[str, tuple[array, array]] = {}
+        super().__init__()
+
+    @property
+    def stats(self) -> defaultdict[str, list[tuple[float, StatsAggregationMethod]]]:
+        """The values kept, as mlagents_envs' ``StatsSideChannel.stats``."""
+        out: defaultdict[str, list[tuple[float, StatsAggregationMethod]]] = defaultdict(list)
+        for key, (values, methods) in self._values.items():
+            out[key] = [(value, _METHODS[method]) for value, method in zip(values, methods)]
+        return out
+
+    @stats.setter
+    def stats(self, stats: Mapping[str, Sequence[tuple[float, Any]]]) -> None:
+        self._values = {}
+        for key, pairs in stats.items():
+            for value, method in pairs:
+                self._add(key, value, StatsAggregationMethod(method))
 
     def on_message_received(self, msg: IncomingMessage) -> None:
         key = msg.read_string()
         value = msg.read_float32()
-        method = StatsAggregationMethod(msg.read_int32())
-        values = self.stats[key]
-        values.append((value, method))
+        self._add(key, value, StatsAggregationMethod(msg.read_int32()))
+
+    def _add(self, key: str, value: float, method: StatsAggregationMethod) -> None:
+        stored = self._values.get(key)
+        if stored is None:
+            stored = self._values[key] = (array("f"), array("b"))
+        values, methods = stored
+        values.append(value)
+        methods.append(method.value)
         if len(values) > 2 * self.max_values:  # trim in chunks: amortised O(1) per message
-            del values[: -self.max_values]
+            del values[: -self.max_values], methods[: -self.max_values]
+
+
+_METHODS = {method.value: method for method in StatsAggregationMethod}
 
 
 @dataclass
