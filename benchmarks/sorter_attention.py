@@ -94,6 +94,39 @@ def linear_schedule(start: float):
     return lambda progress_remaining: progress_remaining * start
 
 
+class _GroupScaledAdam(th.optim.Adam):
+    """Adam whose parameter groups may carry ``lr_scale``: each group steps at the scheduled rate times its scale.
+
+    SB3 sets every group's ``lr`` to the schedule's value before each update; the scale is applied
+    on top of it for the step only.
+    """
+
+    def step(self, closure=None):  # type: ignore[override]
+        scheduled = [group["lr"] for group in self.param_groups]
+        for group in self.param_groups:
+            group["lr"] = group["lr"] * group.get("lr_scale", 1.0)
+        try:
+            return super().step(closure)
+        finally:
+            for group, lr in zip(self.param_groups, scheduled):
+                group["lr"] = lr
+
+
+def scale_extractor_lr(model: PPO, scale: float) -> None:
+    """Give the features extractor(s) ``scale`` times the policy's learning rate (a fresh optimizer)."""
+    policy = model.policy
+    extractor = {id(p) for p in policy.features_extractor.parameters()}
+    if not policy.share_features_extractor:
+        extractor |= {id(p) for p in policy.vf_features_extractor.parameters()}
+    params = list(policy.parameters())
+    groups = [
+        {"params": [p for p in params if id(p) in extractor], "lr_scale": scale},
+        {"params": [p for p in params if id(p) not in extractor]},
+    ]
+    groups = [g for g in groups if g["params"]]
+    policy.optimizer = _GroupScaledAdam(groups, lr=model.lr_schedule(1), **policy.optimizer_kwargs)
+
+
 def make_model(
     encoder: str,
     env,
@@ -133,6 +166,7 @@ def run(
     separate: bool = False,
     overrides: list[str] | None = None,
     activation: str = "tanh",
+    extractor_lr_scale: float = 1.0,
 ) -> dict[str, Any]:
     """One training run; ``overrides`` are ``--set``'s ``key=value`` strings (parsed here, in the worker)."""
     th.set_num_threads(1)
@@ -140,6 +174,8 @@ def run(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the flatten run's "pads and flattens" warning
         model = make_model(encoder, env, seed, separate, parse_settings(overrides or []), activation)
+    if extractor_lr_scale != 1.0:
+        scale_extractor_lr(model, extractor_lr_scale)
     recorder = EpisodeRecorder()
     updates = _UpdateStats()
     model.set_logger(Logger(folder=None, output_formats=[updates]))
@@ -216,6 +252,12 @@ def main(argv: list[str] | None = None) -> None:
         choices=sorted(ACTIVATIONS),
         help="policy body activation (ML-Agents: silu)",
     )
+    parser.add_argument(
+        "--extractor-lr-scale",
+        type=float,
+        default=1.0,
+        help="the features extractor learns at this times the learning rate (the flattened one has no weights)",
+    )
     parser.add_argument("--name", default=None, help="results file name (default from --num-tiles)")
     args = parser.parse_args(argv)
     parse_settings(args.overrides)  # fails early on a malformed pair; each run parses its own copy
@@ -230,6 +272,7 @@ def main(argv: list[str] | None = None) -> None:
             args.separate_extractors,
             args.overrides,
             args.activation,
+            args.extractor_lr_scale,
         )
         for encoder in args.encoders
         for seed in args.seeds
@@ -257,6 +300,8 @@ def main(argv: list[str] | None = None) -> None:
             }
         )
     changed = [*args.overrides, *([f"activation={args.activation}"] if args.activation != "tanh" else [])]
+    if args.extractor_lr_scale != 1.0:
+        changed.append(f"extractor_lr_scale={args.extractor_lr_scale}")
     print_table(
         summary,
         ["encoder", "seeds", "final return (mean)", "min", "max", "seconds per run"],
