@@ -11,7 +11,7 @@ observation separately, feeding :class:`~unity_sb3.algorithms.poca.networks.Grou
 from __future__ import annotations
 
 import math
-from functools import partial
+from functools import cache, partial
 from typing import Any
 
 import numpy as np
@@ -422,17 +422,16 @@ def adam_kernel_kwargs() -> dict[str, bool]:
     dispatch of the default CPU Adam is most of an optimizer step; the fused kernel updates every
     tensor in one call (~3x faster here, the same Adam to float rounding).
     """
-    global _FUSED_ADAM_ON_CPU
-    if _FUSED_ADAM_ON_CPU is None:
-        try:
-            th.optim.Adam([nn.Parameter(th.zeros(1))], fused=True)
-            _FUSED_ADAM_ON_CPU = True
-        except (RuntimeError, ValueError, TypeError):
-            _FUSED_ADAM_ON_CPU = False
-    return {"fused": True} if _FUSED_ADAM_ON_CPU else {"foreach": True}
+    return {"fused": True} if _fused_adam_on_cpu() else {"foreach": True}
 
 
-_FUSED_ADAM_ON_CPU: bool | None = None
+@cache
+def _fused_adam_on_cpu() -> bool:
+    try:
+        th.optim.Adam([nn.Parameter(th.zeros(1))], fused=True)
+    except (RuntimeError, ValueError, TypeError):
+        return False
+    return True
 
 
 def sample_masked_categorical(
