@@ -194,3 +194,44 @@ def test_group_mates_keep_waiting_members_with_their_last_decision():
     assert dict(zip(mates[1, 0].tolist(), rows[1, 0].tolist())) == {1: 0, 2: -2}  # 2 dies at t=1
     assert dict(zip(mates[2, 0].tolist(), rows[2, 0].tolist())) == {1: 0, -1: -1}  # 2 is gone
     assert sorted(mates[0, 1].tolist()) == [0, 2]
+
+
+def _group_mates_loop(active, group_keys, last_rows, keys_before):
+    """The per-step loop group_mates replaced: the reference it must equal exactly."""
+    n_steps, n_envs = active.shape
+    slots = np.arange(n_envs)
+    present = last_rows != -1
+    member_keys = group_keys[np.maximum(last_rows, 0), slots]
+    member_keys = np.where(last_rows == -2, np.asarray(keys_before)[None, :], member_keys)
+    lists, max_mates = {}, 0
+    for t in range(n_steps):
+        members = np.flatnonzero(present[t])
+        for i in np.flatnonzero(active[t]).tolist():
+            others = [j for j in members.tolist() if member_keys[t, j] == group_keys[t, i] and j != i]
+            max_mates = max(max_mates, len(others))
+            lists[(t, i)] = others
+    mates = np.full((n_steps, n_envs, max_mates), -1, dtype=np.int64)
+    mate_rows = np.full((n_steps, n_envs, max_mates), -1, dtype=np.int64)
+    for (t, i), others in lists.items():
+        mates[t, i, : len(others)] = others
+        mate_rows[t, i, : len(others)] = last_rows[t, others]
+    return mates, mate_rows
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_group_mates_equal_the_per_step_loop(seed):
+    """Random rollouts (agents deciding out of phase, dying, waiting from before the rollout, groups
+    of one to many, 1-40 slots): the vectorised group_mates gives the loop's arrays exactly."""
+    rng = np.random.default_rng(seed)
+    n_steps, n_envs = int(rng.integers(1, 30)), int(rng.integers(1, 41))
+    active = rng.random((n_steps, n_envs)) < rng.uniform(0.2, 1.0)
+    dones = active & (rng.random((n_steps, n_envs)) < 0.15)
+    keys = rng.integers(-2, int(rng.integers(1, 5)), size=(n_steps, n_envs))
+    alive_before = rng.random(n_envs) < 0.5
+    keys_before = rng.integers(-2, 4, size=n_envs)
+    last_rows = transition_owners(active, dones, alive_before=alive_before)
+    want = _group_mates_loop(active, keys, last_rows, keys_before)
+    got = group_mates(active, keys, last_rows, keys_before)
+    assert got[0].shape == want[0].shape
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[1], want[1])

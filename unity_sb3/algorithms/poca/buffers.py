@@ -264,25 +264,30 @@ def group_mates(
     member_keys = group_keys[np.maximum(last_rows, 0), slots]
     if keys_before is not None:
         member_keys = np.where(last_rows == BEFORE_ROLLOUT, np.asarray(keys_before)[None, :], member_keys)
-    lists: dict[tuple[int, int], list[int]] = {}
-    max_mates = 0
-    for t in range(n_steps):
-        members = np.flatnonzero(present[t])
-        deciding = np.flatnonzero(active[t])
-        if deciding.size == 0:
-            continue
-        by_key: dict[int, list[int]] = defaultdict(list)
-        for j, key in zip(members.tolist(), member_keys[t, members].tolist()):
-            by_key[key].append(j)
-        for i in deciding.tolist():
-            others = [j for j in by_key[int(group_keys[t, i])] if j != i]
-            max_mates = max(max_mates, len(others))
-            lists[(t, i)] = others
+    # same[t, i, j]: slot j is a living member of deciding row (t, i)'s group, j != i; in chunks of
+    # steps so that the (steps, n_envs, n_envs) masks stay small with many slots
+    chunk = max(1, (1 << 22) // max(1, n_envs * n_envs))
+    parts = []
+    for start in range(0, n_steps, chunk):
+        rows = slice(start, start + chunk)
+        same = (member_keys[rows, None, :] == group_keys[rows, :, None]) & present[rows, None, :]
+        same &= active[rows, :, None]
+        same[:, slots, slots] = False
+        parts.append(same)
+    counts = [part.sum(axis=2) for part in parts]
+    max_mates = max((int(c.max()) for c in counts if c.size), default=0)
     mates = np.full((n_steps, n_envs, max_mates), -1, dtype=np.int64)
     mate_rows = np.full((n_steps, n_envs, max_mates), -1, dtype=np.int64)
-    for (t, i), others in lists.items():
-        mates[t, i, : len(others)] = others
-        mate_rows[t, i, : len(others)] = last_rows[t, others]
+    if max_mates == 0:
+        return mates, mate_rows
+    for k, (same, count) in enumerate(zip(parts, counts)):
+        rows = slice(k * chunk, k * chunk + len(same))
+        # the members in slot order first: a stable sort of "not a member"
+        order = np.argsort(~same, axis=2, kind="stable")[:, :, :max_mates]
+        filled = np.arange(max_mates)[None, None, :] < count[:, :, None]
+        steps = np.arange(len(same))[:, None, None]
+        mates[rows] = np.where(filled, order, -1)
+        mate_rows[rows] = np.where(filled, last_rows[rows][steps, order], -1)
     return mates, mate_rows
 
 
