@@ -37,7 +37,16 @@ def ray_instance():
     # the scripted env and this module are not importable in Ray workers: ship them by value
     ray.cloudpickle.register_pickle_by_value(scripted_env)
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    for attempt in range(2):
+        try:
+            ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+            break
+        except Exception as exc:
+            # Ray gives its raylet 30 s to register; once in a fresh-clone CI run it did not come up
+            # (no raylet log at all, e.g. a pre-selected port taken meanwhile): start it once more
+            if attempt or "timed out during startup" not in str(exc):
+                raise
+            ray.shutdown()
     yield
     ray.shutdown()
 

@@ -264,8 +264,7 @@ def group_mates(
     member_keys = group_keys[np.maximum(last_rows, 0), slots]
     if keys_before is not None:
         member_keys = np.where(last_rows == BEFORE_ROLLOUT, np.asarray(keys_before)[None, :], member_keys)
-    # same[t, i, j]: slot j is a living member of deciding row (t, i)'s group, j != i; in chunks of
-    # steps so that the (steps, n_envs, n_envs) masks stay small with many slots
+    # same[t, i, j]: slot j is a living member of deciding row (t, i)'s group, j != i (in chunks of steps)
     chunk = max(1, (1 << 22) // max(1, n_envs * n_envs))
     parts = []
     for start in range(0, n_steps, chunk):
@@ -278,12 +277,9 @@ def group_mates(
     max_mates = max((int(c.max()) for c in counts if c.size), default=0)
     mates = np.full((n_steps, n_envs, max_mates), -1, dtype=np.int64)
     mate_rows = np.full((n_steps, n_envs, max_mates), -1, dtype=np.int64)
-    if max_mates == 0:
-        return mates, mate_rows
     for k, (same, count) in enumerate(zip(parts, counts)):
         rows = slice(k * chunk, k * chunk + len(same))
-        # the members in slot order first: a stable sort of "not a member"
-        order = np.argsort(~same, axis=2, kind="stable")[:, :, :max_mates]
+        order = np.argsort(~same, axis=2, kind="stable")[:, :, :max_mates]  # members first, in slot order
         filled = np.arange(max_mates)[None, None, :] < count[:, :, None]
         steps = np.arange(len(same))[:, None, None]
         mates[rows] = np.where(filled, order, -1)
