@@ -16,6 +16,7 @@ import hashlib
 
 import numpy as np
 import pytest
+from players import random_unity_actions
 from recorded_floats import computes_as_recorded
 
 # isort: off
@@ -51,18 +52,8 @@ PROTOCOL_SCENE = "unity_sb3.scenes.protocol_test:make_protocol_test_scene"
 
 
 def random_actions(spec: BehaviorSpec, steps: DecisionSteps, rng: np.random.Generator) -> ActionTuple:
-    """Uniform continuous actions in [-1.2, 1.2]; discrete ones among the allowed actions."""
-    n = len(steps)
-    continuous = rng.uniform(-1.2, 1.2, (n, spec.action_spec.continuous_size)).astype(np.float32)
-    discrete = np.zeros((n, spec.action_spec.discrete_size), dtype=np.int32)
-    for b, size in enumerate(spec.action_spec.discrete_branches):
-        allowed = np.ones((n, size), dtype=bool)
-        if steps.action_mask is not None:
-            allowed = ~np.asarray(steps.action_mask[b], dtype=bool)
-        scores = rng.random((n, size)) * allowed
-        scores[~allowed.any(axis=1), 0] = 1.0
-        discrete[:, b] = scores.argmax(axis=1)
-    return ActionTuple(continuous=continuous, discrete=discrete)
+    """Uniform continuous actions in [-1.2, 1.2] (the player clips them); discrete ones among the allowed."""
+    return random_unity_actions(spec, steps, rng, high=1.2)
 
 
 def python_input(actions: dict[str, ActionTuple], command: int = STEP) -> bytes:

@@ -8,6 +8,7 @@ import uuid
 
 import numpy as np
 import pytest
+from players import random_unity_actions
 
 # isort: off
 import unity_sb3  # noqa: F401  (first: makes mlagents_envs import on protobuf >= 4)
@@ -61,17 +62,7 @@ def random_actions(
     env: BaseEnv, behavior: str, steps: DecisionSteps, rng: np.random.Generator
 ) -> ActionTuple:
     """Uniform random actions that respect action masks (a masked branch value is never drawn)."""
-    spec = env.behavior_specs[behavior].action_spec
-    n = len(steps)
-    cont = rng.uniform(-1, 1, size=(n, spec.continuous_size)).astype(np.float32)
-    disc = np.zeros((n, spec.discrete_size), dtype=np.int32)
-    for b, size in enumerate(spec.discrete_branches):
-        allowed = np.ones((n, size), dtype=bool)
-        if steps.action_mask is not None:
-            allowed = ~steps.action_mask[b]
-        scores = rng.random((n, size)) * allowed
-        disc[:, b] = scores.argmax(axis=1)
-    return ActionTuple(continuous=cont, discrete=disc)
+    return random_unity_actions(env.behavior_specs[behavior], steps, rng)
 
 
 def run(env, behavior: str, policy: str, n_steps: int, seed: int = 0):
