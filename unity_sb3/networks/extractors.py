@@ -244,6 +244,11 @@ class HyperLinear(nn.Module):
         return th.relu(th.bmm(x.unsqueeze(1), weight).squeeze(1) + self.bias(goal))
 
 
+def _joined(parts: list[th.Tensor]) -> th.Tensor:
+    """The parts side by side along axis 1, without a copy when there is only one."""
+    return parts[0] if len(parts) == 1 else th.cat(parts, dim=1)
+
+
 class UnityMultiInputExtractor(BaseFeaturesExtractor):
     """Every observation of a Unity behavior: images through :class:`UnityCnn`, the rest flattened.
 
@@ -380,10 +385,10 @@ class UnityMultiInputExtractor(BaseFeaturesExtractor):
             inputs = [observations[key] for key in self.keys]  # type: ignore[index]
         parts = [extractor(x).float() for extractor, x in zip(self.extractors.values(), inputs)]
         if self.attention is not None:
-            x_self = th.cat(parts, dim=1) if parts else None
+            x_self = _joined(parts) if parts else None
             ents = [observations] if self.single else [observations[k] for k in self.entity_keys]  # type: ignore[index]
             parts.append(self.attention(x_self, ents))
-        features = th.cat(parts, dim=1)
+        features = _joined(parts)
         if self.conditioning is not None:
             goal = th.cat([observations[k].float().flatten(1) for k in self.goal_keys], dim=1)  # type: ignore[index]
             features = self.conditioning(features, goal)
