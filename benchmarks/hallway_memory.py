@@ -23,7 +23,9 @@ decisions, the expert needs about 30) so that runs fit a small budget; ``--fixed
 goals on their sides (the scene's ``shuffle_goals=False``: a T-maze, the symbol alone names the
 side; Unity shuffles them, so the policy must match the remembered symbol to the goal it sees);
 ``--set`` replaces training settings of every policy (``net_arch`` for both, ``memory_size`` /
-``sequence_length`` for ``ppo_memory``). Writes ``benchmarks/results/hallway_memory.json``.
+``sequence_length`` for ``ppo_memory``). Writes ``benchmarks/results/<--name>.json`` (default
+``hallway_memory``); ``--progress`` prints each run's success per ``--window`` as training goes, so
+a run cut short still leaves its curve in the log.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ import numpy as np
 import torch as th
 import yaml
 from sb3_contrib import RecurrentPPO as ContribRecurrentPPO
+from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.vec_env import VecMonitor
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -90,6 +93,29 @@ def make_model(
     return PPO("MultiInputPolicy", env, seed=seed, policy_kwargs={"net_arch": arch}, **settings)
 
 
+class WindowPrinter(BaseCallback):
+    """Prints the success rate (return > 0) of the episodes that ended in each ``window`` of steps."""
+
+    def __init__(self, recorder: EpisodeRecorder, window: int, label: str) -> None:
+        super().__init__()
+        self.recorder, self.window, self.label = recorder, window, label
+        self.printed = 0  # windows printed so far
+        self.start = time.perf_counter()
+
+    def _on_step(self) -> bool:
+        while self.num_timesteps >= (self.printed + 1) * self.window:
+            low, high = self.printed * self.window, (self.printed + 1) * self.window
+            inside = [r for t, r in self.recorder.episodes if low < t <= high]
+            success = float(np.mean([r > 0 for r in inside])) if inside else float("nan")
+            print(
+                f"{self.label} {high}: success {success:.2f} over {len(inside)} episodes "
+                f"({time.perf_counter() - self.start:.0f} s)",
+                flush=True,
+            )
+            self.printed += 1
+        return True
+
+
 def run(
     policy: str,
     seed: int,
@@ -100,6 +126,7 @@ def run(
     num_agents: int = 8,
     settings: dict[str, Any] | None = None,
     shuffle_goals: bool = True,
+    progress: bool = False,
 ) -> dict[str, Any]:
     th.set_num_threads(1)
     scene = make_scene(
@@ -114,7 +141,10 @@ def run(
     model = make_model(policy, env, seed, settings)
     recorder = EpisodeRecorder()
     start = time.perf_counter()
-    model.learn(steps, callback=recorder)
+    callbacks: list[BaseCallback] = [recorder]
+    if progress:
+        callbacks.append(WindowPrinter(recorder, window, f"{policy} seed {seed}"))
+    model.learn(steps, callback=callbacks)
     elapsed = time.perf_counter() - start
     env.close()
     tail = [r for t, r in recorder.episodes if t > 0.8 * steps]
@@ -160,6 +190,10 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--jobs", type=int, default=1, help="runs in parallel (one CPU thread each)")
     parser.add_argument("--window", type=int, default=10_000, help="steps per point of the curve")
+    parser.add_argument(
+        "--progress", action="store_true", help="print each run's success per --window while it trains"
+    )
+    parser.add_argument("--name", default="hallway_memory", help="stem of the results JSON")
     args = parser.parse_args(argv)
 
     settings = dict(SETTINGS)
@@ -179,6 +213,7 @@ def main(argv: list[str] | None = None) -> None:
             args.num_agents,
             settings,
             not args.fixed_goals,
+            args.progress,
         )
         for p in args.policies
         for seed in args.seeds
@@ -212,7 +247,7 @@ def main(argv: list[str] | None = None) -> None:
         f"{not args.fixed_goals}), {args.steps} steps per run, settings {settings}; success = right goal, "
         "over the episodes of the last 20% of training",
     )
-    path = write_results("hallway_memory", rows, summary=summary, settings=vars(args))
+    path = write_results(args.name, rows, summary=summary, settings=vars(args))
     print(f"wrote {path}")
 
 
