@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from unity_sb3.algorithms.poca.buffers import compute_poca_returns, group_mates, transition_owners
+from unity_sb3.algorithms.poca.buffers import compute_poca_returns, transition_owners
+from unity_sb3.algorithms.poca.group_steps import group_mates
 
 
 def _returns(

@@ -46,6 +46,13 @@ from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.preprocessing import get_action_dim, get_obs_shape
 
 from unity_sb3.algorithms.distributions import action_layout, flat_action_space, is_hybrid_space
+from unity_sb3.algorithms.poca.group_steps import (
+    BEFORE_ROLLOUT,
+    group_mates,
+    group_step_units,
+    shared_values,
+    unit_order,
+)
 
 
 class POCARolloutBufferSamples(NamedTuple):
@@ -65,10 +72,7 @@ class POCARolloutBufferSamples(NamedTuple):
     mate_observations: th.Tensor | dict[str, th.Tensor]  # (B, M, *obs_shape)
     mate_actions: th.Tensor  # (B, M, action_dim)
     mate_mask: th.Tensor  # (B, M) True = present
-
-
-#: ``transition_owners`` value of a live agent whose last decision was before the rollout
-BEFORE_ROLLOUT = -2
+    shared_values: tuple[th.Tensor, th.Tensor] | None = None  # rows sharing V (group_steps.shared_values)
 
 
 def transition_owners(
@@ -238,55 +242,6 @@ def compute_poca_returns(
     return returns.astype(np.float32), team_rewards.astype(np.float32)
 
 
-def group_mates(
-    active: np.ndarray,
-    group_keys: np.ndarray,
-    last_rows: np.ndarray | None = None,
-    keys_before: np.ndarray | None = None,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Groupmates of every active row at the same step, deciding or not.
-
-    :param active: (n_steps, n_envs) bool.
-    :param group_keys: (n_steps, n_envs) int group codes.
-    :param last_rows: (n_steps, n_envs) row of each slot's live agent's last decision at or
-        before t (:func:`transition_owners`); None: only the agents deciding at t are present.
-    :param keys_before: (n_envs,) group codes of the decisions made before the rollout (rows
-        ``BEFORE_ROLLOUT`` of ``last_rows``).
-    :return: ``(mates, mate_rows)``, both (n_steps, n_envs, max_mates) int (max_mates >= 0):
-        slot indices of the other living members of the row's group at that step, padded with
-        -1, and the row of each one's last decision (``BEFORE_ROLLOUT``: before the rollout).
-    """
-    n_steps, n_envs = active.shape
-    if last_rows is None:
-        last_rows = np.where(active, np.arange(n_steps)[:, None], -1)
-    slots = np.arange(n_envs)
-    present = last_rows != -1
-    member_keys = group_keys[np.maximum(last_rows, 0), slots]
-    if keys_before is not None:
-        member_keys = np.where(last_rows == BEFORE_ROLLOUT, np.asarray(keys_before)[None, :], member_keys)
-    # same[t, i, j]: slot j is a living member of deciding row (t, i)'s group, j != i (in chunks of steps)
-    chunk = max(1, (1 << 22) // max(1, n_envs * n_envs))
-    parts = []
-    for start in range(0, n_steps, chunk):
-        rows = slice(start, start + chunk)
-        same = (member_keys[rows, None, :] == group_keys[rows, :, None]) & present[rows, None, :]
-        same &= active[rows, :, None]
-        same[:, slots, slots] = False
-        parts.append(same)
-    counts = [part.sum(axis=2) for part in parts]
-    max_mates = max((int(c.max()) for c in counts if c.size), default=0)
-    mates = np.full((n_steps, n_envs, max_mates), -1, dtype=np.int64)
-    mate_rows = np.full((n_steps, n_envs, max_mates), -1, dtype=np.int64)
-    for k, (same, count) in enumerate(zip(parts, counts)):
-        rows = slice(k * chunk, k * chunk + len(same))
-        order = np.argsort(~same, axis=2, kind="stable")[:, :, :max_mates]  # members first, in slot order
-        filled = np.arange(max_mates)[None, None, :] < count[:, :, None]
-        steps = np.arange(len(same))[:, None, None]
-        mates[rows] = np.where(filled, order, -1)
-        mate_rows[rows] = np.where(filled, last_rows[rows][steps, order], -1)
-    return mates, mate_rows
-
-
 class POCARolloutBuffer(RolloutBuffer):
     """SB3 ``RolloutBuffer`` extended with what POCA needs: activity, groups, group rewards,
     truncation, terminal observations, baselines and action masks. Handles ``Box``, image and
@@ -360,6 +315,7 @@ class POCARolloutBuffer(RolloutBuffer):
         self.terminal_observations: dict[tuple[int, int], Any] = {}
         self.mates = np.full((n, m, 0), -1, dtype=np.int64)
         self.mate_rows = np.full((n, m, 0), -1, dtype=np.int64)
+        self.units: np.ndarray | None = None  # group-step units (group_steps.py), set by finalize
         if not hasattr(self, "waiting_alive"):
             self.forget_waiting_mates()
         elif self._waiting_next is not None:  # the previous rollout's waiting agents join this one
@@ -619,14 +575,20 @@ class POCARolloutBuffer(RolloutBuffer):
     # ------------------------------------------------ critic passes (a memory variant's hooks)
 
     def _compute_values_and_baselines(self, policy: Any, batch_size: int) -> None:
-        """Fill ``values`` and ``baselines`` at the active rows, ``batch_size`` rows per critic pass."""
+        """Fill ``values`` and ``baselines`` at the active rows, ``batch_size`` rows per critic pass
+        (V once per group-step unit)."""
         m = self.n_envs
+        self.units = group_step_units(self.mates, self.mate_rows, self.active)
         rows, cols = np.nonzero(self.active)
         for start in range(0, rows.size, batch_size):
             r, c = rows[start : start + batch_size], cols[start : start + batch_size]
             sample = self._gather(r * m + c)
             values, baselines = policy.predict_values_and_baselines(
-                sample.observations, sample.mate_observations, sample.mate_actions, sample.mate_mask
+                sample.observations,
+                sample.mate_observations,
+                sample.mate_actions,
+                sample.mate_mask,
+                sample.shared_values,
             )
             self.values[r, c], self.baselines[r, c] = values.cpu().numpy(), baselines.cpu().numpy()
 
@@ -649,6 +611,7 @@ class POCARolloutBuffer(RolloutBuffer):
         """Minibatch of rows given as flat indices ``t * n_envs + i``."""
         m = self.n_envs
         t, i = np.divmod(flat, m)
+        shared = None if self.units is None else shared_values(self.units[t, i])
         # every array handed over below is a new one (fancy indexing copies), so no second copy
         fresh = partial(self.to_torch, copy=False)
         mates = self.mates[t, i]
@@ -687,14 +650,20 @@ class POCARolloutBuffer(RolloutBuffer):
             mate_observations=mate_obs,
             mate_actions=fresh(mates_of(self.actions, self.waiting_actions)),
             mate_mask=fresh(present),
+            shared_values=None if shared is None else (fresh(shared[0]), fresh(shared[1])),
         )
 
     def get(self, batch_size: int | None = None) -> Generator[POCARolloutBufferSamples, None, None]:  # type: ignore[override]
-        """Shuffled minibatches over the *active* rows only (inactive rows never enter a loss)."""
+        """Shuffled minibatches over the *active* rows only (inactive rows never enter a loss); the
+        rows of a group-step unit (group_steps.py) stay in one minibatch, which then computes their V once."""
         assert self.full, "the rollout buffer is not full yet"
         rows, cols = np.nonzero(self.active)
-        flat = np.random.permutation(rows * self.n_envs + cols)
-        if batch_size is None:
-            batch_size = max(flat.size, 1)
-        for start in range(0, flat.size, batch_size):
-            yield self._gather(flat[start : start + batch_size])
+        units = None if self.units is None else self.units[rows, cols]
+        batch_size = max(rows.size, 1) if batch_size is None else batch_size
+        if units is None or units.size == 0 or units.max() + 1 == units.size:  # no V to share
+            flat = np.random.permutation(rows * self.n_envs + cols)
+            batches = [flat[start : start + batch_size] for start in range(0, flat.size, batch_size)]
+        else:
+            batches = [rows[k] * self.n_envs + cols[k] for k in unit_order(units, batch_size)]
+        for batch in batches:
+            yield self._gather(batch)

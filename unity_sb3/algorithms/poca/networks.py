@@ -174,7 +174,11 @@ class GroupCriticBody(nn.Module):
         return self._pool(entities, mask)
 
     def value_and_baseline(
-        self, member_features: th.Tensor, mate_actions: th.Tensor, member_mask: th.Tensor
+        self,
+        member_features: th.Tensor,
+        mate_actions: th.Tensor,
+        member_mask: th.Tensor,
+        shared_values: tuple[th.Tensor, th.Tensor] | None = None,
     ) -> tuple[th.Tensor, th.Tensor]:
         """V(group) and b(own, groupmates) of the same rows in one pass (what training needs).
 
@@ -185,25 +189,47 @@ class GroupCriticBody(nn.Module):
             (batch, 1 + n_mates, features_dim).
         :param mate_actions: encoded groupmate actions, shape (batch, n_mates, action_dim).
         :param member_mask: True for present members, shape (batch, 1 + n_mates); column 0 is True.
+        :param shared_values: ``(value_rows, value_index)`` when rows share V (the same members
+            at the same step, :mod:`~unity_sb3.algorithms.poca.group_steps`): V is computed at
+            ``value_rows`` (U,, increasing) only and row ``r`` takes the one at ``value_index[r]``. Attention
+            and the pooled mean do not depend on the members' order, so this gives each row its
+            own V up to float rounding.
         :return: ``(values, baselines)``, shape (batch,) each.
         """
         batch, width = member_mask.shape
+        value_rows = None if shared_values is None else shared_values[0]
         if batch > 0 and (width == 1 or bool(member_mask.all())):  # every member present
             with th.no_grad():
                 self.max_entities.clamp_(min=float(width))
-            return self._value_and_baseline_full(member_features, mate_actions)
-        sizes = _leading_member_counts(member_mask) if self.split_by_size else None
-        if sizes is not None:
-            return self._value_and_baseline_by_size(member_features, mate_actions, member_mask, sizes)
-        entities, mask = self.value_and_baseline_entities(member_features, mate_actions, member_mask)
-        pooled = self._pool(entities, mask)
-        batch = member_features.shape[0]
-        if entities.shape[0] == batch:  # no groupmates: b = V
+            values, baselines = self._value_and_baseline_full(member_features, mate_actions, value_rows)
+        else:
+            sizes = _leading_member_counts(member_mask) if self.split_by_size else None
+            if sizes is not None:
+                values, baselines = self._value_and_baseline_by_size(
+                    member_features, mate_actions, member_mask, sizes, value_rows
+                )
+            else:
+                entities, mask = self.value_and_baseline_entities(
+                    member_features, mate_actions, member_mask, value_rows
+                )
+                values, baselines = self._split(self._pool(entities, mask), batch)
+        return (values, baselines) if shared_values is None else (values[shared_values[1]], baselines)
+
+    @staticmethod
+    def _split(pooled: th.Tensor, batch: int) -> tuple[th.Tensor, th.Tensor]:
+        """V's rows (all but the last ``batch``) and the baselines (the last ``batch``) of one
+        pooled pass; with no groupmates the pass holds V's sets only and b = V."""
+        if pooled.shape[0] == batch and batch > 0:
             return pooled, pooled
-        return pooled[:batch], pooled[batch:]
+        return pooled[: pooled.shape[0] - batch], pooled[pooled.shape[0] - batch :]
 
     def _value_and_baseline_by_size(
-        self, member_features: th.Tensor, mate_actions: th.Tensor, member_mask: th.Tensor, sizes: th.Tensor
+        self,
+        member_features: th.Tensor,
+        mate_actions: th.Tensor,
+        member_mask: th.Tensor,
+        sizes: th.Tensor,
+        value_rows: th.Tensor | None = None,
     ) -> tuple[th.Tensor, th.Tensor]:
         """:meth:`value_and_baseline` one group size at a time, each without its padding columns.
 
@@ -212,59 +238,74 @@ class GroupCriticBody(nn.Module):
         the pooled mean. So the rows of each size go through at their own width, which skips the
         padding entities' embeddings, projections and attention (in groups that lost members,
         a large share of the work). ``max_entities`` is first raised to the largest size of the
-        whole batch, as one pass over it would.
+        whole batch, as one pass over it would. With ``value_rows`` V comes back for those rows
+        only, in their order.
         """
         with th.no_grad():
             self.max_entities.copy_(th.maximum(self.max_entities, sizes.max().to(self.max_entities.dtype)))
-        order, values, baselines = [], [], []
+        computes_value = None
+        if value_rows is not None:
+            computes_value = th.zeros(sizes.shape[0], dtype=th.bool, device=sizes.device)
+            computes_value[value_rows] = True
+        order, values, value_order, baselines = [], [], [], []
         for size in sizes.unique().tolist():
             rows = th.nonzero(sizes == size).squeeze(1)
+            local = None if computes_value is None else th.nonzero(computes_value[rows]).squeeze(1)
             value, baseline = self._value_and_baseline_full(
-                member_features[rows, :size], mate_actions[rows, : size - 1]
+                member_features[rows, :size], mate_actions[rows, : size - 1], local
             )
             order.append(rows)
+            value_order.append(rows if local is None else rows[local])
             values.append(value)
             baselines.append(baseline)
-        rows = th.cat(order)
-        back = th.empty_like(rows)
-        back[rows] = th.arange(rows.numel(), device=rows.device)
-        return th.cat(values)[back], th.cat(baselines)[back]
+        return _in_order(th.cat(values), th.cat(value_order)), _in_order(th.cat(baselines), th.cat(order))
 
     def _value_and_baseline_full(
-        self, member_features: th.Tensor, mate_actions: th.Tensor
+        self, member_features: th.Tensor, mate_actions: th.Tensor, value_rows: th.Tensor | None = None
     ) -> tuple[th.Tensor, th.Tensor]:
         """:meth:`value_and_baseline` of rows whose members are all present (``max_entities``
-        already raised to their number by the caller)."""
-        entities = self._entities(member_features, mate_actions)
-        pooled = self._pool_full(entities)
-        batch = member_features.shape[0]
-        if entities.shape[0] == batch:  # no groupmates: b = V
-            return pooled, pooled
-        return pooled[:batch], pooled[batch:]
+        already raised to their number by the caller); with ``value_rows`` V of those rows only."""
+        entities = self._entities(member_features, mate_actions, value_rows)
+        return self._split(self._pool_full(entities), member_features.shape[0])
 
-    def _entities(self, member_features: th.Tensor, mate_actions: th.Tensor) -> th.Tensor:
+    def _entities(
+        self, member_features: th.Tensor, mate_actions: th.Tensor, value_rows: th.Tensor | None = None
+    ) -> th.Tensor:
         """The entities of :meth:`value_and_baseline_entities` (V's sets, then the baseline's)."""
         observed = self.obs_encoder(member_features)
         if member_features.shape[1] == 1:
-            return observed
+            return observed if value_rows is None else th.cat([observed[value_rows], observed], dim=0)
         mates = self.obs_action_encoder(th.cat([member_features[:, 1:], mate_actions], dim=-1))
-        return th.cat([observed, th.cat([observed[:, :1], mates], dim=1)], dim=0)
+        value_sets = observed if value_rows is None else observed[value_rows]
+        return th.cat([value_sets, th.cat([observed[:, :1], mates], dim=1)], dim=0)
 
     def value_and_baseline_entities(
-        self, member_features: th.Tensor, mate_actions: th.Tensor, member_mask: th.Tensor
+        self,
+        member_features: th.Tensor,
+        mate_actions: th.Tensor,
+        member_mask: th.Tensor,
+        value_rows: th.Tensor | None = None,
     ) -> tuple[th.Tensor, th.Tensor]:
-        """Entity embeddings and masks of V's sets (rows ``:batch``) then the baseline's (rows
-        ``batch:``); with no groupmates the baseline's entities are V's and only V's are returned.
+        """Entity embeddings and masks of V's sets (the first rows) then the baseline's (the last
+        ``batch``); with no groupmates and no ``value_rows`` the baseline's entities are V's and
+        only V's are returned.
 
         :param member_features: as in :meth:`value_and_baseline`.
         :param mate_actions: as in :meth:`value_and_baseline`.
         :param member_mask: as in :meth:`value_and_baseline`.
-        :return: entities (2 * batch or batch, 1 + n_mates, embed_dim) and their mask.
+        :param value_rows: the rows whose V sets are wanted (all rows when None).
+        :return: entities (U + batch or batch, 1 + n_mates, embed_dim) and their mask.
         """
-        entities = self._entities(member_features, mate_actions)
-        if member_features.shape[1] == 1:
+        entities = self._entities(member_features, mate_actions, value_rows)
+        if member_features.shape[1] == 1 and value_rows is None:
             return entities, member_mask
-        return entities, th.cat([member_mask, member_mask], dim=0)
+        value_mask = member_mask if value_rows is None else member_mask[value_rows]
+        return entities, th.cat([value_mask, member_mask], dim=0)
+
+
+def _in_order(parts: th.Tensor, rows: th.Tensor) -> th.Tensor:
+    """``parts`` (one per entry of ``rows``) put in increasing row order."""
+    return parts[rows.argsort()]
 
 
 def _leading_member_counts(member_mask: th.Tensor) -> th.Tensor | None:

@@ -463,7 +463,11 @@ class POCA(OnPolicyAlgorithm):
     def _values_and_baselines(self, batch: Any) -> tuple[th.Tensor, th.Tensor]:
         """V of each minibatch row's group and its agent's baseline under the current critic."""
         return self.policy.predict_values_and_baselines(
-            batch.observations, batch.mate_observations, batch.mate_actions, batch.mate_mask
+            batch.observations,
+            batch.mate_observations,
+            batch.mate_actions,
+            batch.mate_mask,
+            batch.shared_values,
         )
 
     def train(self) -> None:

@@ -379,7 +379,12 @@ class POCAPolicy(BasePolicy):
         )
 
     def predict_values_and_baselines(
-        self, own_obs: PyTorchObs, mate_obs: GroupObs, mate_actions: th.Tensor, mate_mask: th.Tensor
+        self,
+        own_obs: PyTorchObs,
+        mate_obs: GroupObs,
+        mate_actions: th.Tensor,
+        mate_mask: th.Tensor,
+        shared_values: tuple[th.Tensor, th.Tensor] | None = None,
     ) -> tuple[th.Tensor, th.Tensor]:
         """V of each row's group and its agent's baseline, in one critic pass (training's hot path).
 
@@ -390,11 +395,12 @@ class POCAPolicy(BasePolicy):
         :param mate_obs: shape (batch, n_mates, *obs_shape) or a dict; n_mates may be 0.
         :param mate_actions: raw actions as stored in the buffer, shape (batch, n_mates, action_dim).
         :param mate_mask: True for present groupmates, shape (batch, n_mates).
+        :param shared_values: rows that share V, as the critic body's ``value_and_baseline`` takes.
         :return: ``(values, baselines)``, shape (batch,) each.
         """
         members, member_mask = self._group_of(own_obs, mate_obs, mate_mask)
         return self.critic.value_and_baseline(
-            self._member_features(members), self.encode_actions(mate_actions), member_mask
+            self._member_features(members), self.encode_actions(mate_actions), member_mask, shared_values
         )
 
     @staticmethod

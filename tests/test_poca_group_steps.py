@@ -1,0 +1,159 @@
+"""Group-step units: which POCA rows share V, minibatches of whole units, and the critic's V
+computed once per unit (``unity_sb3.algorithms.poca.group_steps``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch as th
+from test_poca import SMALL, SacrificeVecEnv
+
+from unity_sb3.algorithms.poca import POCA
+from unity_sb3.algorithms.poca.buffers import transition_owners
+from unity_sb3.algorithms.poca.group_steps import group_mates, group_step_units, shared_values, unit_order
+
+
+def _units(active, keys, waiting_keys=None, waiting_alive=None):
+    active, keys = np.asarray(active, dtype=bool), np.asarray(keys, dtype=np.int64)
+    dones = np.zeros_like(active)
+    alive = None if waiting_alive is None else np.asarray(waiting_alive, dtype=bool)
+    last_rows = transition_owners(active, dones, alive)
+    mates, mate_rows = group_mates(
+        active, keys, last_rows, None if waiting_keys is None else np.asarray(waiting_keys)
+    )
+    return group_step_units(mates, mate_rows, active)
+
+
+def test_a_group_deciding_together_is_one_unit_per_step():
+    # slots 0-2 one group, 3-4 another, 5 alone; two steps, everyone deciding
+    keys = [[7, 7, 7, 8, 8, 9]] * 2
+    units = _units(np.ones((2, 6)), keys)
+    for t in range(2):
+        assert len({units[t, 0], units[t, 1], units[t, 2]}) == 1
+        assert units[t, 3] == units[t, 4] != units[t, 0]
+        assert units[t, 5] not in (units[t, 0], units[t, 3])
+    assert not set(units[0]) & set(units[1])  # another step, other units
+
+
+def test_a_groupmate_not_deciding_now_keeps_each_row_to_itself():
+    # step 1: slot 2 (alive, same group) does not decide, so slots 0 and 1 see its step-0 observation
+    active = [[1, 1, 1], [1, 1, 0]]
+    units = _units(active, [[5, 5, 5]] * 2)
+    assert units[0, 0] == units[0, 1] == units[0, 2]
+    assert units[1, 0] != units[1, 1]
+    assert units[1, 2] == -1
+
+
+def test_groupmates_from_before_the_rollout_keep_each_row_to_itself():
+    # slot 1 decided only before the rollout; slots 0 and 2 decide at step 0 with it as a mate
+    units = _units([[1, 0, 1]], [[3, 3, 3]], waiting_keys=[0, 3, 0], waiting_alive=[0, 1, 0])
+    assert units[0, 0] != units[0, 2]
+
+
+@pytest.mark.parametrize("batch_size", [1, 4, 7, 64])
+def test_unit_minibatches_cover_every_row_once_and_never_split_a_unit(batch_size):
+    rng = np.random.default_rng(batch_size)
+    units = rng.permutation(np.repeat(np.arange(20), rng.integers(1, 4, size=20)))
+    np.random.seed(0)
+    batches = unit_order(units, batch_size)
+    assert np.array_equal(np.sort(np.concatenate(batches)), np.arange(units.size))
+    seen = [set(units[b]) for b in batches]
+    for k, here in enumerate(seen):
+        assert not any(here & other for other in seen[k + 1 :])
+    # the cuts are the first unit boundaries at or after each multiple of batch_size (units <= 3 rows)
+    cuts = np.cumsum([b.size for b in batches])[:-1]
+    multiples = np.arange(batch_size, units.size, batch_size)
+    ends = np.r_[cuts, units.size]
+    assert all(np.any((ends >= j) & (ends <= j + 2)) for j in multiples)
+    assert all(np.any((multiples <= c) & (multiples >= c - 2)) for c in cuts)
+
+
+def test_shared_values_points_every_row_at_a_row_of_its_unit():
+    units = np.array([4, 2, 4, 9, 2, 2])
+    value_rows, value_index = shared_values(units)
+    assert np.all(np.diff(value_rows) > 0)
+    assert np.array_equal(units[value_rows[value_index]], units)
+    assert shared_values(np.array([3, 1, 2])) is None
+
+
+def _unit_batch(critic, sizes, seed=0):
+    """Rows of whole units: every member of a unit has a row holding the unit's members with
+    itself first (as the buffer gathers them), padded to the widest unit."""
+    gen = th.Generator().manual_seed(seed)
+    n_features = critic.obs_encoder[0].in_features
+    n_actions = critic.obs_action_encoder[0].in_features - n_features
+    width = max(sizes)
+    features, actions, masks, units = [], [], [], []
+    for unit, size in enumerate(sizes):
+        obs, act = th.randn(size, n_features, generator=gen), th.randn(size, n_actions, generator=gen)
+        for own in range(size):
+            order = [own] + [k for k in range(size) if k != own]
+            pad = width - size
+            features.append(th.cat([obs[order], th.zeros(pad, n_features)]))
+            actions.append(th.cat([act[order[1:]], th.zeros(pad, n_actions)]))
+            masks.append(th.arange(width) < size)
+            units.append(unit)
+    return th.stack(features), th.stack(actions), th.stack(masks), np.array(units)
+
+
+@pytest.mark.parametrize("sizes", [[3, 3, 3], [3, 2, 1, 3, 2], [2, 2]])
+@pytest.mark.parametrize("split_by_size", [True, False])
+def test_value_once_per_unit_equals_value_per_row(sizes, split_by_size):
+    critic = POCA("MlpPolicy", SacrificeVecEnv(), **SMALL).policy.critic
+    critic.split_by_size = split_by_size
+    features, actions, mask, units = _unit_batch(critic, sizes)
+    permutation = np.random.default_rng(1).permutation(units.size)  # rows of a unit apart
+    features, actions, mask, units = (
+        features[permutation],
+        actions[permutation],
+        mask[permutation],
+        units[permutation],
+    )
+    rows, index = shared_values(units)
+    shared = (th.as_tensor(rows), th.as_tensor(index))
+
+    values, baselines = critic.value_and_baseline(features, actions, mask)
+    shared_v, shared_b = critic.value_and_baseline(features, actions, mask, shared)
+    th.testing.assert_close(shared_v, values, rtol=1e-5, atol=1e-6)
+    th.testing.assert_close(shared_b, baselines, rtol=1e-5, atol=1e-6)
+    grads = th.autograd.grad((values + 2 * baselines).sum(), list(critic.parameters()))
+    shared_grads = th.autograd.grad((shared_v + 2 * shared_b).sum(), list(critic.parameters()))
+    for grad, want in zip(shared_grads, grads):
+        th.testing.assert_close(grad, want, rtol=1e-4, atol=1e-5)
+
+
+def test_groups_of_one_sample_exactly_as_before():
+    """With nobody to share V with, ``get`` shuffles the rows one by one as it always did."""
+    model = POCA("MlpPolicy", SacrificeVecEnv(), **SMALL)
+    buffer = model.rollout_buffer
+    buffer.units = np.arange(buffer.buffer_size * buffer.n_envs).reshape(buffer.buffer_size, buffer.n_envs)
+    buffer.active[:] = True
+    buffer.full = True
+    np.random.seed(3)
+    got = [batch.observations for batch in buffer.get(5)]
+    np.random.seed(3)
+    want = np.random.permutation(np.arange(buffer.units.size))
+    flat_obs = buffer.observations.reshape(buffer.units.size, -1)
+    for k, batch in enumerate(got):
+        np.testing.assert_array_equal(
+            batch.numpy().reshape(batch.shape[0], -1), flat_obs[want[5 * k : 5 * k + 5]]
+        )
+
+
+@pytest.mark.parametrize("action", ["discrete", "box"])
+def test_training_minibatches_hold_whole_groups_and_their_shared_values(action):
+    """After a rollout of groups of three, each minibatch shares V within its groups, and the
+    shared V is each row's own V; the stored values were computed the same way."""
+    model = POCA("MlpPolicy", SacrificeVecEnv(action, n_instances=3), **SMALL).learn(48)
+    buffer, policy = model.rollout_buffer, model.policy
+    assert buffer.units is not None
+    shared_somewhere = False
+    with th.no_grad():
+        for batch in buffer.get(8):
+            fields = (batch.observations, batch.mate_observations, batch.mate_actions, batch.mate_mask)
+            values, baselines = policy.predict_values_and_baselines(*fields)
+            shared_v, shared_b = policy.predict_values_and_baselines(*fields, batch.shared_values)
+            th.testing.assert_close(shared_v, values, rtol=1e-5, atol=1e-6)
+            th.testing.assert_close(shared_b, baselines)
+            shared_somewhere |= batch.shared_values is not None
+    assert shared_somewhere
