@@ -212,14 +212,14 @@ class GroupCriticBody(nn.Module):
                 entities, mask = self.value_and_baseline_entities(
                     member_features, mate_actions, member_mask, value_rows
                 )
-                values, baselines = self._split(self._pool(entities, mask), batch)
+                values, baselines = self._split(self._pool(entities, mask), batch, value_rows)
         return (values, baselines) if shared_values is None else (values[shared_values[1]], baselines)
 
     @staticmethod
-    def _split(pooled: th.Tensor, batch: int) -> tuple[th.Tensor, th.Tensor]:
+    def _split(pooled: th.Tensor, batch: int, value_rows: th.Tensor | None) -> tuple[th.Tensor, th.Tensor]:
         """V's rows (all but the last ``batch``) and the baselines (the last ``batch``) of one
-        pooled pass; with no groupmates the pass holds V's sets only and b = V."""
-        if pooled.shape[0] == batch and batch > 0:
+        pooled pass; with no groupmates and every row's own V the pass holds V's sets only: b = V."""
+        if value_rows is None and pooled.shape[0] == batch:
             return pooled, pooled
         return pooled[: pooled.shape[0] - batch], pooled[pooled.shape[0] - batch :]
 
@@ -266,7 +266,7 @@ class GroupCriticBody(nn.Module):
         """:meth:`value_and_baseline` of rows whose members are all present (``max_entities``
         already raised to their number by the caller); with ``value_rows`` V of those rows only."""
         entities = self._entities(member_features, mate_actions, value_rows)
-        return self._split(self._pool_full(entities), member_features.shape[0])
+        return self._split(self._pool_full(entities), member_features.shape[0], value_rows)
 
     def _entities(
         self, member_features: th.Tensor, mate_actions: th.Tensor, value_rows: th.Tensor | None = None
