@@ -190,10 +190,10 @@ class GroupCriticBody(nn.Module):
         :param mate_actions: encoded groupmate actions, shape (batch, n_mates, action_dim).
         :param member_mask: True for present members, shape (batch, 1 + n_mates); column 0 is True.
         :param shared_values: ``(value_rows, value_index)`` when rows share V (the same members
-            at the same step, :mod:`~unity_sb3.algorithms.poca.group_steps`): V is computed at
-            ``value_rows`` (U,, increasing) only and row ``r`` takes the one at ``value_index[r]``. Attention
-            and the pooled mean do not depend on the members' order, so this gives each row its
-            own V up to float rounding.
+            at the same step, :mod:`~unity_sb3.algorithms.poca.group_steps`): V is computed only at
+            ``value_rows`` (increasing, shape (U,)), and row ``r`` takes the one at
+            ``value_index[r]`` (shape (batch,)). Attention and the pooled mean do not depend on the
+            members' order, so each row gets its own V up to float rounding.
         :return: ``(values, baselines)``, shape (batch,) each.
         """
         batch, width = member_mask.shape
