@@ -89,9 +89,8 @@ def group_step_units(mates: np.ndarray, mate_rows: np.ndarray, active: np.ndarra
     members = np.sort(np.concatenate([slots[:, None], members], axis=1), axis=1)
     # a row whose V set is not all from its own step keeps to itself: no other row has -1 - slot
     members[~same_step, 0] = -1 - slots[~same_step]
-    _, units[steps, slots] = np.unique(
-        np.concatenate([steps[:, None], members], axis=1), axis=0, return_inverse=True
-    )
+    _, inverse = np.unique(np.concatenate([steps[:, None], members], axis=1), axis=0, return_inverse=True)
+    units[steps, slots] = inverse.reshape(-1)  # numpy 2.0.0 gave this inverse an extra axis
     return units
 
 
