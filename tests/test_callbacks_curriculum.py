@@ -308,7 +308,13 @@ def test_curriculum_callback_resumes_inside_ppo(tmp_path) -> None:
     from unity_sb3.open import open_unity
     from unity_sb3.wrappers.vec_env import UnityVecEnv
 
-    env = open_unity("Ball3D", transport="inprocess", num_agents=2, environment_parameters=scale_curriculum())
+    env = open_unity(
+        "Ball3D",
+        transport="inprocess",
+        num_agents=2,
+        report_parameters=True,
+        environment_parameters=scale_curriculum(),
+    )
     venv = VecMonitor(UnityVecEnv([env]))
     channels = env.unity_sb3_channels
     scales: list[float] = []

@@ -333,7 +333,9 @@ def test_loaded_lessons_reach_the_embedded_scene() -> None:
 
     params = EnvironmentParameters(scale_curriculum())
     params.load_state_dict(medium_state())
-    env = open_unity("Ball3D", transport="inprocess", num_agents=2, environment_parameters=params)
+    env = open_unity(
+        "Ball3D", transport="inprocess", num_agents=2, report_parameters=True, environment_parameters=params
+    )
     try:
         env.reset()
         assert env.side_channels.environment_parameters == pytest.approx({"scale": 1.5, "gravity": 9.81})

@@ -98,13 +98,19 @@ def wire_fingerprint(scene: str, exchanges: int, seed: int = 5, reset_every: int
 
 
 # (scene, exchanges, scene parameters) and the hash the player of 2927f63 gave on this project's
-# machine (x86_64 Linux, numpy 2.4, protobuf 7 upb).
+# machine (x86_64 Linux, numpy 2.4, protobuf 7 upb). Ball3D then always sent its mass and scale as
+# stats; it now does so only when asked (``report_parameters``), as Unity's 3DBall sends none.
 RECORDED = [
-    ("Ball3D", 2000, {}, "2e04eeaab29a3d87a284b32ae9e986bdae518bbf592ad1c1e42648cd32df1ffe"),
+    (
+        "Ball3D",
+        2000,
+        {"report_parameters": True},
+        "2e04eeaab29a3d87a284b32ae9e986bdae518bbf592ad1c1e42648cd32df1ffe",
+    ),
     (
         "Ball3D",
         300,
-        {"num_agents": 64, "max_steps": 60},
+        {"num_agents": 64, "max_steps": 60, "report_parameters": True},
         "9756c8a84ccf3d68bfe42a2a9a7665807b8131f4886cdae3fbd6fc4330f019f8",
     ),
     ("GridWorld", 1000, {}, "183467e3b780860646b471b79d9b06fb2a704edee01527269f84a32fe08caaf1"),

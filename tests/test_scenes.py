@@ -350,7 +350,8 @@ def test_expert_beats_random(name):
 @pytest.mark.parametrize("name", [s for s in SCENES if s in STAT_KEYS])  # Basic records no stats
 def test_stats_come_back_in_process(name):
     stats = StatsSideChannel()
-    env = make_scene(name, seed=0, side_channels=[stats], **SMALL[name])
+    reporting = {"report_parameters": True} if name == "Ball3D" else {}  # Unity's 3DBall reports none
+    env = make_scene(name, seed=0, side_channels=[stats], **SMALL[name], **reporting)
     for _ in run(env, BEHAVIORS[name], "expert", 60):
         pass
     reported = stats.get_and_reset_stats()[STAT_KEYS[name]]
@@ -440,7 +441,9 @@ def test_ball3d_environment_parameters_in_process():
     params = EnvironmentParametersChannel()
     stats = StatsSideChannel()
     engine = EngineConfigurationChannel()
-    env = make_scene("Ball3D", seed=4, num_agents=2, side_channels=[params, stats, engine])
+    env = make_scene(
+        "Ball3D", seed=4, num_agents=2, report_parameters=True, side_channels=[params, stats, engine]
+    )
     params.set_float_parameter("scale", 2.0)
     params.set_uniform_sampler_parameters("mass", 3.0, 4.0, seed=9)
     engine.set_configuration_parameters(time_scale=20.0, width=64, height=48)
@@ -503,11 +506,25 @@ def test_truncated_side_channel_data_is_a_clear_error(cut):
         split_messages(blob[:cut])
 
 
+def test_ball3d_sends_no_stats_unless_asked():
+    """Unity's Ball3DAgent records no statistics: by default the scene sends no side-channel bytes,
+    while the sampled parameters still apply (the ball's size shows in where it rests)."""
+    params = EnvironmentParametersChannel()
+    params.set_float_parameter("scale", 2.0)
+    env = make_scene("Ball3D", seed=0, num_agents=2)
+    env.receive_side_channel_data(bytes(SideChannelManager([params]).generate_side_channel_messages()))
+    env.reset()
+    for _ in range(3):
+        env.step()
+    assert env.drain_side_channel_data() == b""
+    np.testing.assert_allclose(env._radius, 1.0)
+
+
 def test_player_side_methods_on_scene():
     """What the stand-in player calls: receive_side_channel_data / drain_side_channel_data."""
     params = EnvironmentParametersChannel()
     params.set_float_parameter("mass", 2.0)
-    env = make_scene("Ball3D", seed=0, num_agents=2)
+    env = make_scene("Ball3D", seed=0, num_agents=2, report_parameters=True)
     env.receive_side_channel_data(bytes(SideChannelManager([params]).generate_side_channel_messages()))
     env.reset()
     stats = StatsSideChannel()

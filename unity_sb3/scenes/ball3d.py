@@ -21,7 +21,10 @@ drag 0, angular drag 0.01) on its top face, 2.5 above the cube's centre, about w
   every 5: a perfect agent scores 100.
 * Environment parameters (``SetResetParameters``): ``mass`` (default 1) and ``scale`` (ball
   diameter, default 1), read at each episode start; plus ``gravity``. As in Unity, the mass
-  changes nothing in the motion (the ball only touches a static collider).
+  changes nothing in the motion (the ball only touches a static collider). Unity's agent records
+  no statistics; ``report_parameters=True`` sends each episode's mass and scale as the stats
+  ``Environment/BallMass`` and ``Environment/BallScale`` (for tests and debugging: it is the only
+  way to see the mass from outside).
 
 Physics: Unity's 0.02 s fixed step and PhysX's rigid-body step for a sphere against a box
 that the agent's transform moves (a static collider: it pushes the ball out when it turns
@@ -281,11 +284,13 @@ class Ball3D(EmbeddedScene):
         "mass": 1.0,
         "scale": 1.0,
         "gravity": 9.81,
+        "report_parameters": False,
     }
     PARAM_DOCS: ClassVar[dict[str, str]] = {
         "mass": "ball mass (as in Unity, it does not change the motion)",
         "scale": "ball diameter (units)",
         "gravity": "gravity (units/s^2)",
+        "report_parameters": "send each episode's mass and scale as stats (Unity's 3DBall sends none)",
     }
     DYNAMIC_PARAMS = ("mass", "scale", "gravity")
 
@@ -348,12 +353,14 @@ class Ball3D(EmbeddedScene):
         start[1] = START_HEIGHT
         self._pos[:, idx] = start
         self._vel[:, idx] = 0.0
-        mass = self._param("mass", m)
+        mass = self._param("mass", m)  # drawn even when not reported: a sampler's draws stay in order
         scale = self._param("scale", m)
         radius = 0.5 * np.maximum(scale, 1e-3)
         self._radius[idx] = radius
         self._set_radius_terms()
         self._fall[idx] = self._param("gravity", m) * DT
+        if not self.params["report_parameters"]:
+            return
         for value in mass:
             self.stat("Environment/BallMass", float(value), StatsAggregationMethod.AVERAGE)
         for value in scale:
