@@ -448,11 +448,11 @@ def sample_masked_categorical(
 ) -> tuple[th.Tensor, th.Tensor]:
     """Actions and log-probabilities of sb3-contrib's maskable (multi-)categorical distribution.
 
-    The same numbers, in the same order of random draws, as building ``MaskableCategorical``
-    (one per branch), masking it and calling ``get_actions`` then ``log_prob``: logits normalised,
-    masked-out entries set to ``MASKED_LOGIT``, normalised again; one ``multinomial`` draw per branch. Without
-    the distribution objects, whose construction and argument checks cost several times the
-    actor's forward pass at every step.
+    The same distribution, and the same order of random draws, as building ``MaskableCategorical``
+    (one per branch), masking it and calling ``get_actions`` then ``log_prob`` (one ``multinomial``
+    draw per branch); log-probabilities equal to float rounding (:func:`_masked_branch_logits`).
+    Without the distribution objects, whose construction and argument checks cost several times
+    the actor's forward pass at every step.
 
     :param logits: (batch, sum of branches).
     :param branches: size of each branch (one for ``Discrete``).
@@ -532,8 +532,8 @@ def masked_categorical_log_prob_entropy(
     action_masks: np.ndarray | th.Tensor | None = None,
 ) -> tuple[th.Tensor, th.Tensor]:
     """Log-probabilities of ``actions`` and entropies under sb3-contrib's maskable (multi-)categorical
-    distribution, with the same operations (so the same values and gradients) as its ``log_prob``
-    and ``entropy``, without building the distribution objects.
+    distribution, the values and gradients of its ``log_prob`` and ``entropy`` to float rounding
+    (:func:`_masked_branch_logits`), without building the distribution objects.
 
     :param logits: (batch, sum of branches).
     :param branches: size of each branch.
@@ -565,22 +565,24 @@ def masked_categorical_log_prob_entropy(
 def _masked_branch_logits(
     logits: th.Tensor, branches: list[int], action_masks: np.ndarray | th.Tensor | None
 ) -> list[tuple[th.Tensor, th.Tensor | None]]:
-    """Each branch's normalised log-probabilities as ``MaskableCategorical`` holds them (logits
-    normalised, masked-out entries set to ``MASKED_LOGIT``, normalised again) and its mask (None: no mask)."""
+    """Each branch's normalised log-probabilities and its mask (None: no mask).
+
+    sb3-contrib's ``MaskableCategorical`` normalises the logits, sets masked-out entries to
+    ``MASKED_LOGIT`` and normalises again; one ``log_softmax`` of the masked logits is the same
+    value (the first normalisation shifts a branch by a constant, which the second removes), to
+    float rounding, in one kernel instead of two ``logsumexp`` decompositions (a third of the
+    acting time at 12 agents).
+    """
     logits = logits.reshape(-1, sum(branches))
     masks = None
     if action_masks is not None:
         masks = th.as_tensor(action_masks, dtype=th.bool, device=logits.device).reshape(logits.shape)
+        logits = logits.masked_fill(~masks, MASKED_LOGIT)
     out: list[tuple[th.Tensor, th.Tensor | None]] = []
     start = 0
     for size in branches:
-        branch = logits[:, start : start + size]
-        branch = branch - branch.logsumexp(dim=-1, keepdim=True)
-        mask = None
-        if masks is not None:
-            mask = masks[:, start : start + size]
-            branch = branch.masked_fill(~mask, MASKED_LOGIT)
-        out.append((branch - branch.logsumexp(dim=-1, keepdim=True), mask))
+        mask = None if masks is None else masks[:, start : start + size]
+        out.append((logits[:, start : start + size].log_softmax(dim=-1), mask))
         start += size
     return out
 
