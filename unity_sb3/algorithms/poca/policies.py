@@ -466,7 +466,9 @@ def sample_masked_categorical(
         if deterministic:
             action = th.argmax(probs, dim=1)
         else:
-            action = th.multinomial(probs, 1, True).T.reshape(-1)
+            # torch.multinomial's draw for one sample (argmax of p / q, q ~ Exp(1) from the same
+            # generator), without its validity checks, which cost more than the draw
+            action = (probs / th.empty_like(probs).exponential_()).argmax(dim=-1)
         actions.append(action)
         log_probs.append(branch.gather(-1, action.unsqueeze(-1)).squeeze(-1))
     if len(branches) == 1:
