@@ -265,6 +265,9 @@ class GroupCriticBody(nn.Module):
     ) -> tuple[th.Tensor, th.Tensor]:
         """:meth:`value_and_baseline` of rows whose members are all present (``max_entities``
         already raised to their number by the caller); with ``value_rows`` V of those rows only."""
+        if member_features.shape[1] == 1 and value_rows is not None:  # no groupmates: b = V, one pass
+            pooled = self._pool_full(self.obs_encoder(member_features))
+            return pooled[value_rows], pooled
         entities = self._entities(member_features, mate_actions, value_rows)
         return self._split(self._pool_full(entities), member_features.shape[0], value_rows)
 
