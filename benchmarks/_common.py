@@ -6,6 +6,7 @@ the machine they were measured on (results are generated files: do not commit th
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import platform
@@ -14,6 +15,7 @@ import time
 from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -113,3 +115,20 @@ def free_base_port(span: int) -> int:
         if port + span < 65000:
             return port
     raise RuntimeError("no free port")
+
+
+def this_tree_module(relative: str) -> ModuleType:
+    """A module of this source tree loaded from its file, whichever ``unity_sb3`` is imported.
+
+    A benchmark run with ``--baseline DIR`` imports the other tree's ``unity_sb3``; a helper both
+    sides must share (the same random actions for both trees) comes from this tree, and works
+    with baseline trees older than it. The module must import nothing from ``unity_sb3``.
+
+    :param relative: its path from the repository root, e.g. ``"unity_sb3/scenes/random_play.py"``.
+    """
+    path = Path(__file__).resolve().parents[1] / relative
+    spec = importlib.util.spec_from_file_location(f"_this_tree_{path.stem}", path)
+    assert spec is not None and spec.loader is not None, path
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

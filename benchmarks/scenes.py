@@ -29,8 +29,8 @@ import numpy as np
 import unity_sb3  # noqa: F401  (first: makes mlagents_envs import on protobuf >= 4)
 
 # isort: on
-from _common import print_table, write_results
-from mlagents_envs.base_env import ActionTuple, BaseEnv, BehaviorSpec, DecisionSteps
+from _common import print_table, this_tree_module, write_results
+from mlagents_envs.base_env import BaseEnv
 from mlagents_envs.environment import UnityEnvironment
 from mlagents_envs.side_channel.stats_side_channel import StatsSideChannel
 
@@ -39,21 +39,8 @@ from unity_sb3.scenes.player.server import write_launcher
 PROTOCOL_SCENE = "unity_sb3.scenes.protocol_test:make_protocol_test_scene"
 
 
-def random_actions(spec: BehaviorSpec, steps: DecisionSteps, rng: np.random.Generator) -> ActionTuple:
-    """Uniform continuous actions; discrete ones drawn among the allowed actions (vectorised)."""
-    n = len(steps)
-    continuous = rng.uniform(-1, 1, (n, spec.action_spec.continuous_size)).astype(np.float32)
-    discrete = np.zeros((n, spec.action_spec.discrete_size), dtype=np.int32)
-    for b, size in enumerate(spec.action_spec.discrete_branches):
-        allowed = np.ones((n, size), dtype=bool)
-        if steps.action_mask is not None:
-            allowed = ~np.asarray(steps.action_mask[b], dtype=bool)
-        scores = (
-            rng.random((n, size)) * allowed
-        )  # a masked action scores 0, never the maximum of an allowed one
-        scores[~allowed.any(axis=1), 0] = 1.0
-        discrete[:, b] = scores.argmax(axis=1)
-    return ActionTuple(continuous=continuous, discrete=discrete)
+#: the same random actions for this tree and a --baseline one (player_protocol.py imports it)
+random_actions = this_tree_module("unity_sb3/scenes/random_play.py").random_actions
 
 
 def run(env: BaseEnv, steps: int, seed: int) -> dict[str, float]:

@@ -12,8 +12,6 @@ from ports import free_base_port
 
 from unity_sb3.wrappers.vec_env import UnityVecEnv
 
-from mlagents_envs.base_env import ActionTuple, BehaviorSpec, DecisionSteps  # isort: skip
-
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
 
@@ -34,23 +32,6 @@ def player_kwargs(tmp_path: Path, **extra) -> dict:
 def random_actions(venv: UnityVecEnv, seed: int) -> np.ndarray:
     rng = np.random.default_rng(seed)
     return rng.uniform(-1, 1, (venv.num_envs, *venv.action_space.shape)).astype(np.float32)
-
-
-def random_unity_actions(
-    spec: BehaviorSpec, steps: DecisionSteps, rng: np.random.Generator, high: float = 1.0
-) -> ActionTuple:
-    """Uniform continuous actions in [-high, high]; discrete ones drawn among the allowed actions."""
-    n = len(steps)
-    continuous = rng.uniform(-high, high, (n, spec.action_spec.continuous_size)).astype(np.float32)
-    discrete = np.zeros((n, spec.action_spec.discrete_size), dtype=np.int32)
-    for b, size in enumerate(spec.action_spec.discrete_branches):
-        allowed = np.ones((n, size), dtype=bool)
-        if steps.action_mask is not None:
-            allowed = ~np.asarray(steps.action_mask[b], dtype=bool)
-        scores = rng.random((n, size)) * allowed  # a masked action scores 0, never an allowed one's maximum
-        scores[~allowed.any(axis=1), 0] = 1.0
-        discrete[:, b] = scores.argmax(axis=1)
-    return ActionTuple(continuous=continuous, discrete=discrete)
 
 
 def alive(pid: int) -> bool:

@@ -16,7 +16,6 @@ import hashlib
 
 import numpy as np
 import pytest
-from players import random_unity_actions
 from recorded_floats import computes_as_recorded
 
 # isort: off
@@ -47,6 +46,7 @@ from unity_sb3.scenes.player.codec import (
 )
 from unity_sb3.scenes.player.layouts import ActionLayout
 from unity_sb3.scenes.player.server import StandInPlayer, load_scene
+from unity_sb3.scenes.random_play import random_actions as random_unity_actions
 
 PROTOCOL_SCENE = "unity_sb3.scenes.protocol_test:make_protocol_test_scene"
 

@@ -8,7 +8,6 @@ import uuid
 
 import numpy as np
 import pytest
-from players import random_unity_actions
 
 # isort: off
 import unity_sb3  # noqa: F401  (first: makes mlagents_envs import on protobuf >= 4)
@@ -22,6 +21,7 @@ from mlagents_envs.side_channel.side_channel_manager import SideChannelManager
 from mlagents_envs.side_channel.stats_side_channel import StatsAggregationMethod, StatsSideChannel
 
 from unity_sb3.scenes import describe_scene, list_scenes, make_scene, scene_class
+from unity_sb3.scenes.random_play import random_actions as random_unity_actions
 from unity_sb3.scenes.side_channels import (
     STATS_CHANNEL_ID,
     Sampler,
