@@ -471,7 +471,12 @@ def main(argv: list[str] | None = None) -> None:
             )
     summary = []
     for encoder in args.encoders:
-        finals = [r["final_return"] for r in rows if r["encoder"] == encoder]
+        # with a curriculum the last 20% of training spans several lessons: take the final lesson's own
+        finals = [
+            r["per_lesson"][-1]["tail_return"] if r.get("per_lesson") else r["final_return"]
+            for r in rows
+            if r["encoder"] == encoder
+        ]
         seconds = [r["seconds"] for r in rows if r["encoder"] == encoder]
         summary.append(
             {
@@ -496,7 +501,12 @@ def main(argv: list[str] | None = None) -> None:
         summary,
         ["encoder", "seeds", "final return (mean)", "min", "max", "seconds per run"],
         title=f"Sorter, {tiles} tiles, {args.steps} steps per run; return = mean episode return "
-        f"in the last 20% of training ({REFERENCES.get(final_tiles, 'no reference measured')})"
+        + (
+            "in the last 20% of the final lesson's steps"
+            if args.curriculum
+            else "in the last 20% of training"
+        )
+        + f" ({REFERENCES.get(final_tiles, 'no reference measured')})"
         + (f"; settings changed: {' '.join(changed)}" if changed else ""),
     )
     name = "sorter_attention" if args.num_tiles == 2 else f"sorter_attention_tiles{args.num_tiles}"
