@@ -3,8 +3,9 @@
 Each (policy, seed) trains through ``UnityVecEnv`` on an embedded Hallway (8 hallways) and records,
 over the episodes that end in the last 20% of training, the success rate (the right goal touched:
 the episode return is > 0 exactly then, since the step costs of an episode sum to less than 1 and
-the wrong goal gives -0.1) and the mean return. ``memory`` is sb3-contrib's ``RecurrentPPO`` (an
-LSTM, what ML-Agents' ``network_settings.memory`` maps to today); ``no_memory`` is
+the wrong goal gives -0.1), the same per shown symbol (``SymbolTally``), and the mean return.
+``memory`` is sb3-contrib's ``RecurrentPPO`` (an LSTM, what ML-Agents' ``network_settings.memory``
+maps to today); ``no_memory`` is
 ``unity_sb3.PPO`` with the same layers, rollout and optimisation settings; ``ppo_memory`` is the
 project's ``unity_sb3.RecurrentPPO`` (ML-Agents' memory_size 128, sequence_length 64). A policy without memory
 can still reach the goals but, there, cannot tell which one is right: 50% is its ceiling unless it
@@ -93,6 +94,40 @@ def make_model(
     return PPO("MultiInputPolicy", env, seed=seed, policy_kwargs={"net_arch": arch}, **settings)
 
 
+class SymbolTally:
+    """Which symbol each ended episode showed and whether it ended at the right goal.
+
+    Benchmark instrumentation on the in-process scene (its ``_on_episode_end`` hook and the
+    ``_selection`` / ``_right`` state it reads at that moment): a plateau near 0.75 may be one
+    symbol solved and the other guessed, which the overall success rate cannot tell apart.
+
+    :param scene: the embedded Hallway scene.
+    :param clock: the current training step (read at each episode end).
+    """
+
+    SYMBOLS = ("O", "X")  # the scene's selection 0 and 1
+
+    def __init__(self, scene: Any, clock: Any) -> None:
+        self.ends: list[tuple[int, int, bool]] = []  # (training step, symbol, right goal)
+        original = scene._on_episode_end
+
+        def on_episode_end(idx: np.ndarray, interrupted: np.ndarray) -> None:
+            step = clock()
+            for symbol, right in zip(scene._selection[idx].tolist(), scene._right[idx].tolist()):
+                self.ends.append((step, symbol, right))
+            original(idx, interrupted)
+
+        scene._on_episode_end = on_episode_end
+
+    def success_after(self, step: int) -> dict[str, float]:
+        """Success rate per shown symbol over the episodes that ended after ``step``."""
+        out = {}
+        for k, name in enumerate(self.SYMBOLS):
+            rights = [right for t, symbol, right in self.ends if t > step and symbol == k]
+            out[name] = float(np.mean(rights)) if rights else float("nan")
+        return out
+
+
 class WindowPrinter(BaseCallback):
     """Prints the success rate (return > 0) of the episodes that ended in each ``window`` of steps."""
 
@@ -139,6 +174,7 @@ def run(
     )
     env = VecMonitor(UnityVecEnv(scene))
     model = make_model(policy, env, seed, settings)
+    symbols = SymbolTally(scene, lambda: model.num_timesteps)
     recorder = EpisodeRecorder()
     start = time.perf_counter()
     callbacks: list[BaseCallback] = [recorder]
@@ -155,6 +191,7 @@ def run(
         "steps": steps,
         "episodes": len(recorder.episodes),
         "success_rate": float(np.mean([r > 0 for r in tail])) if tail else float("nan"),
+        "success_by_symbol": symbols.success_after(int(0.8 * steps)),
         "final_return": float(np.mean(tail)) if tail else float("nan"),
         "success_curve": windowed_mean(successes, steps, window),
         "seconds": round(elapsed, 1),
@@ -221,8 +258,9 @@ def main(argv: list[str] | None = None) -> None:
     rows = run_tasks(run, tasks, args.jobs)
     for row in rows:
         print(
-            f"{row['policy']:>9} seed {row['seed']}: success {row['success_rate']:.2f}, return "
-            f"{row['final_return']:.2f} ({row['episodes']} episodes, {row['seconds']} s)",
+            f"{row['policy']:>9} seed {row['seed']}: success {row['success_rate']:.2f} (symbol "
+            + ", ".join(f"{k} {v:.2f}" for k, v in row["success_by_symbol"].items())
+            + f"), return {row['final_return']:.2f} ({row['episodes']} episodes, {row['seconds']} s)",
             flush=True,
         )
     summary = []
