@@ -71,6 +71,7 @@ from unity_sb3.scenes.protocol_test import (
     make_protocol_test_scene,
     pack_side_channel_message,
 )
+from unity_sb3.scenes.random_play import random_actions
 from unity_sb3.unity.errors import UnityConfigurationError, UnityProcessError, UnityTimeoutError
 from unity_sb3.unity.proto import (
     PngCache,
@@ -131,18 +132,6 @@ def assert_steps_equal(got, expected, spec: BehaviorSpec, where: str, visual_ato
             np.testing.assert_array_equal(m_got, m_exp, err_msg=f"{where}: action mask")
 
 
-def allowed_random_actions(spec: BehaviorSpec, steps: DecisionSteps, rng: np.random.Generator) -> ActionTuple:
-    """Random actions that respect the action masks."""
-    n = len(steps)
-    continuous = rng.uniform(-1, 1, (n, spec.action_spec.continuous_size)).astype(np.float32)
-    discrete = np.zeros((n, spec.action_spec.discrete_size), dtype=np.int32)
-    for b, mask in enumerate(_masks(steps, spec)):
-        for i in range(n):
-            allowed = np.flatnonzero(~mask[i])
-            discrete[i, b] = rng.choice(allowed) if len(allowed) else 0
-    return ActionTuple(continuous=continuous, discrete=discrete)
-
-
 def open_player(tmp_path: Path, scene: str, seed: int, **kwargs) -> tuple[UnityEnvironment, Path]:
     """Launch the player through a launcher file, exactly as for a Unity build."""
     launcher = write_launcher(scene, tmp_path / "build", scene_params=kwargs.pop("scene_params", None))
@@ -181,7 +170,7 @@ def compare_runs(env: UnityEnvironment, reference, steps: int, seed: int, visual
             assert_steps_equal(got_d, exp_d, spec, f"step {t} {name} decision", visual_atol)
             assert_steps_equal(got_t, exp_t, spec, f"step {t} {name} terminal", visual_atol)
             if len(exp_d):
-                actions = allowed_random_actions(spec, exp_d, rng)
+                actions = random_actions(spec, exp_d, rng)
                 env.set_actions(name, actions)
                 reference.set_actions(name, actions)
         env.step()
@@ -299,7 +288,7 @@ def test_protocol_scene_steps_survive_the_codec():
             seen_interrupted |= bool(np.any(terminal.interrupted))
             seen_empty |= len(decision) == 0
             if len(decision):
-                scene.set_actions(name, allowed_random_actions(spec, decision, rng))
+                scene.set_actions(name, random_actions(spec, decision, rng))
         scene.step()
     assert seen_terminal and seen_interrupted and seen_empty
 
@@ -573,7 +562,7 @@ def test_side_channels_both_ways(tmp_path):
             for name, spec in env.behavior_specs.items():
                 decision, _ = env.get_steps(name)
                 if len(decision):
-                    env.set_actions(name, allowed_random_actions(spec, decision, np.random.default_rng(t)))
+                    env.set_actions(name, random_actions(spec, decision, np.random.default_rng(t)))
             env.step()
             decision, terminal = env.get_steps(HYBRID)
             rewards.append(np.abs(np.concatenate([decision.reward, terminal.reward])).sum())
