@@ -63,6 +63,29 @@ def test_hyper_conditions_on_the_goal_signals(capsys) -> None:
     assert extractor.goal_keys == ["GoalSensor"] and extractor.features_dim == 32
 
 
+def test_variable_length_goal_signal_stays_an_entity_observation(capsys) -> None:
+    """ML-Agents gives an entity list's goal encoding size 0: it conditions nothing (``test_var_len_obs_and_goal_*``)."""
+    specs = [
+        ObservationSpec(
+            (10, 5), (DimensionProperty.VARIABLE_SIZE, _NONE), ObservationType.GOAL_SIGNAL, "goal_buffer"
+        ),
+        ObservationSpec((10, 5), (DimensionProperty.VARIABLE_SIZE, _NONE), ObservationType.DEFAULT, "buffer"),
+    ]
+    behavior_spaces = BehaviorSpaces(BehaviorSpec(specs, ActionSpec.create_discrete((2,))))
+    env = SimpleNamespace(
+        num_envs=1, spaces=behavior_spaces, observation_space=behavior_spaces.observation_space
+    )
+    kwargs = _kwargs()
+    resolve_mlagents_network({"goal_conditioning_type": "hyper", "hidden_units": 32}, kwargs, env)
+    assert "goal_keys" not in kwargs["policy_kwargs"]["features_extractor_kwargs"]
+    out = capsys.readouterr().out
+    assert "goal signals goal_buffer are variable-length: encoded as ordinary entity observations" in out
+    extractor = UnityMultiInputExtractor(
+        env.observation_space, **kwargs["policy_kwargs"]["features_extractor_kwargs"]
+    )
+    assert sorted(extractor.entity_keys) == ["buffer", "goal_buffer"]
+
+
 def test_none_keeps_goals_as_plain_observations() -> None:
     kwargs = _kwargs()
     resolve_mlagents_network({"goal_conditioning_type": "none", "hidden_units": 32}, kwargs, _env())

@@ -195,16 +195,39 @@ def test_goal_signal_conditions_the_features() -> None:
     assert weight.grad[0].abs().sum() > 0 and weight.grad[1].abs().sum() == 0  # only the green goal's layer
 
 
+def test_image_goal_conditions_through_its_own_encoder() -> None:
+    """ML-Agents conditions on a goal image's encoding (Unity's ``test_var_len_obs_and_goal_*`` with a camera goal)."""
+    space = spaces.Dict({"goal_camera": image_space(20), "ray": spaces.Box(-1, 1, (3,), np.float32)})
+    extractor = UnityMultiInputExtractor(
+        space, cnn_output_dim=12, goal_keys=["goal_camera"], goal_hidden_dim=8
+    )
+    assert list(extractor.extractors) == ["ray"] and isinstance(
+        extractor.goal_encoders["goal_camera"], UnityCnn
+    )
+    assert extractor.conditioning.goal_features == 12 and extractor.features_dim == 8
+    obs = batch(space, n=4)
+    dark, bright = th.zeros_like(obs["goal_camera"]), th.ones_like(obs["goal_camera"])
+    assert not th.allclose(extractor({**obs, "goal_camera": dark}), extractor({**obs, "goal_camera": bright}))
+    extractor({**obs, "goal_camera": bright}).sum().backward()
+    assert all(p.grad is not None for p in extractor.goal_encoders.parameters())
+
+
 @pytest.mark.parametrize(
     ("goal_keys", "match"),
     [
         (["Goal"], "'Goal' is not an observation key"),
-        (["CameraSensor"], "must be a vector goal signal"),
+        (["Buffer"], "'Buffer' is a variable-length .* goal signals must be vectors or images"),
         (["GoalSensor", "Other"], "nothing is left"),
     ],
 )
 def test_bad_goal_keys(goal_keys, match) -> None:
-    space = spaces.Dict({"CameraSensor": image_space(20), "GoalSensor": spaces.Box(0, 1, (2,), np.float32)})
+    space = spaces.Dict(
+        {
+            "CameraSensor": image_space(20),
+            "GoalSensor": spaces.Box(0, 1, (2,), np.float32),
+            "Buffer": spaces.Box(-1, 1, (4, 3), np.float32),
+        }
+    )
     if "Other" in goal_keys:
         space = spaces.Dict({"GoalSensor": spaces.Box(0, 1, (2,)), "Other": spaces.Box(0, 1, (3,))})
     with pytest.raises(ValueError, match=match):
@@ -316,8 +339,8 @@ def test_poca_actor_and_critic_use_the_extractor() -> None:
 
 @pytest.mark.parametrize(
     ("encoder", "goal_keys"),
-    [*((e, ()) for e in ENCODERS), ("simple", ("GoalSensor",))],
-    ids=[*ENCODERS, "simple_goal_conditioned"],
+    [*((e, ()) for e in ENCODERS), ("simple", ("GoalSensor",)), ("simple", ("CameraSensor",))],
+    ids=[*ENCODERS, "simple_goal_conditioned", "simple_image_goal_conditioned"],
 )
 def test_onnx_export_of_maskable_ppo_matches_predict(tmp_path, encoder: str, goal_keys) -> None:
     pytest.importorskip("onnxruntime")

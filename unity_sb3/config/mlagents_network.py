@@ -10,6 +10,8 @@ An ML-Agents trainer config says *how* goal signals condition the network
   :class:`~unity_sb3.networks.extractors.UnityMultiInputExtractor` with ``goal_keys`` (a
   hypernetwork layer of ``hidden_units`` outputs, as ML-Agents' ``conditioning_type: hyper``);
 - ``none``, or no goal signal -> goals stay ordinary observations, concatenated (ML-Agents' ``none``);
+- a variable-length goal signal (rank 2) conditions nothing and stays an ordinary entity
+  observation: ML-Agents gives its goal encoding size 0;
 - goal signals the policy cannot see apart (flattened observations, another features extractor)
   -> concatenated, with an :class:`MLAgentsConfigWarning` saying so.
 
@@ -81,6 +83,15 @@ def resolve_mlagents_network(network: Mapping[str, Any], kwargs: dict[str, Any],
     policy_kwargs = kwargs.setdefault("policy_kwargs", {})
     extractor = policy_kwargs.get("features_extractor_class")
     goals = goal_signal_keys(env)
+    entity_goals = [key for key in goals if key in variable_length_keys(observation_space)]
+    if entity_goals:
+        # ML-Agents' goal encoding of an entity list has size 0: it conditions nothing and is
+        # attended over as an ordinary observation (a mix with other goals is refused there)
+        goals = [key for key in goals if key not in entity_goals]
+        print(
+            f"goal signals {', '.join(entity_goals)} are variable-length: encoded as ordinary entity "
+            "observations, not used for goal conditioning (as ML-Agents)"
+        )
     if goals and conditioning == "hyper":
         separate = isinstance(observation_space, spaces.Dict) and all(
             key in observation_space.spaces for key in goals

@@ -273,15 +273,16 @@ class UnityMultiInputExtractor(BaseFeaturesExtractor):
     :param observation_space: a ``Dict`` of observations, or one ``Box``.
     :param encoder: visual encoder for every image (see :class:`UnityCnn`).
     :param cnn_output_dim: features per image (ML-Agents' ``hidden_units``).
-    :param goal_keys: keys of goal-signal observations (1-D) that condition the features; empty:
-        none (every observation is concatenated).
+    :param goal_keys: keys of goal-signal observations (vectors, or images encoded by their own
+        :class:`UnityCnn` of ``cnn_output_dim`` features) that condition the features; empty: none
+        (every observation is concatenated).
     :param goal_hidden_dim: output size of the goal-conditioned layer (then ``features_dim``).
     :param hidden_layers: sizes of dense Swish layers applied last (ML-Agents' network body of
         ``num_layers`` x ``hidden_units``), so that the body can sit before an LSTM or be shared by
         actor and critic (``net_arch=dict(pi=[], vf=[])``); empty: none (``features_dim`` is the
         concatenation's, or ``goal_hidden_dim``).
     :raises ValueError: as :class:`UnityCnn`, naming the observation key; for unknown or
-        non-vector goal keys, goal keys that leave nothing to condition, or non-positive layer sizes.
+        variable-length goal keys, goal keys that leave nothing to condition, or non-positive layer sizes.
     :param entities: ``"attention"`` or ``"flatten"``: how 2-D (entity) observations are encoded.
     :param entity_embedding_size: size of the attention's embeddings and output (ML-Agents: 128).
     """
@@ -319,8 +320,11 @@ class UnityMultiInputExtractor(BaseFeaturesExtractor):
                 raise ValueError(
                     f"goal_keys: {key!r} is not an observation key; keys: {', '.join(map(repr, subspaces))}."
                 )
-            if isinstance(subspaces[key], spaces.Box) and len(subspaces[key].shape) != 1:
-                raise ValueError(f"goal_keys: {key!r} must be a vector goal signal, got {subspaces[key]}.")
+            if isinstance(subspaces[key], spaces.Box) and len(subspaces[key].shape) == 2:
+                raise ValueError(
+                    f"goal_keys: {key!r} is a variable-length (entity) observation {subspaces[key]}; goal "
+                    "signals must be vectors or images (ML-Agents does not condition on entity lists either)."
+                )
         if goal_keys and len(goal_keys) == len(subspaces):
             raise ValueError("goal_keys name every observation: nothing is left for the goal to condition.")
         super().__init__(observation_space, features_dim=1)
@@ -363,8 +367,21 @@ class UnityMultiInputExtractor(BaseFeaturesExtractor):
             self.attention = EntityAttention(total, shapes, embedding_size=entity_embedding_size)  # type: ignore[arg-type]
             total += entity_embedding_size
         self.conditioning: HyperLinear | None = None
+        goal_encoders: dict[str, nn.Module] = {}
+        goal_dim = 0
+        for i, key in enumerate(self.goal_keys):
+            subspace = subspaces[key]
+            name = key if key and "." not in key else f"goal_{i}"
+            if isinstance(subspace, spaces.Box) and len(subspace.shape) == 3:
+                # an image goal conditions through its encoding, as ML-Agents' goal processors
+                check_resolution(encoder, subspace.shape, key=key)
+                goal_encoders[name] = UnityCnn(subspace, features_dim=cnn_output_dim, encoder=encoder)
+                goal_dim += cnn_output_dim
+            else:
+                goal_encoders[name] = nn.Flatten()
+                goal_dim += get_flattened_obs_dim(subspace)
+        self.goal_encoders = nn.ModuleDict(goal_encoders) if goal_encoders else None
         if self.goal_keys:
-            goal_dim = sum(get_flattened_obs_dim(subspaces[k]) for k in self.goal_keys)
             self.conditioning = HyperLinear(total, goal_dim, goal_hidden_dim)
             total = goal_hidden_dim
         layers: list[nn.Module] = []
@@ -390,6 +407,11 @@ class UnityMultiInputExtractor(BaseFeaturesExtractor):
             parts.append(self.attention(x_self, ents))
         features = _joined(parts)
         if self.conditioning is not None:
-            goal = th.cat([observations[k].float().flatten(1) for k in self.goal_keys], dim=1)  # type: ignore[index]
+            goal = _joined(
+                [
+                    encode(observations[k]).float()  # type: ignore[index]
+                    for encode, k in zip(self.goal_encoders.values(), self.goal_keys)  # type: ignore[union-attr]
+                ]
+            )
             features = self.conditioning(features, goal)
         return features if self.body is None else self.body(features)
