@@ -52,3 +52,40 @@ def test_exported_memory_model_equals_predict_over_steps(tmp_path, action_spec, 
         memories = got["recurrent_out"]
         np.testing.assert_allclose(memories[:, 0, :], state, atol=2e-5)
     assert np.abs(state).max() > 1e-3  # the memory really moved
+
+
+def test_hybrid_memory_model_equals_predict_over_steps_under_masks(tmp_path) -> None:
+    """Hybrid actions with memory (Unity's ``test_hybrid_recurrent_ppo`` model): both action kinds side
+    by side, the masks honoured, the memory carried through ``recurrent_in``/``recurrent_out``."""
+    from stable_baselines3.common.vec_env import DummyVecEnv
+    from test_export import random_masks
+    from test_export_hybrid import HybridSpaceEnv
+
+    spec = BehaviorSpec([vector(5)], ActionSpec(2, (2, 3)))
+    env = DummyVecEnv([lambda: HybridSpaceEnv(spec)] * 2)
+    model = RecurrentPPO(
+        "MlpLstmPolicy", env, n_steps=8, batch_size=8, memory_size=12, sequence_length=4, device="cpu", seed=0
+    )
+    scale_head(model, 40.0)
+    path = export(model, tmp_path, spec)
+    info = inspect_onnx(path)
+    assert info.memory_size == 12 and info.continuous_size == 2 and info.discrete_branches == (2, 3)
+    assert info.inputs["recurrent_in"] == ("batch", 1, 12) and info.inputs["action_masks"] == ("batch", 5)
+    assert check_onnx(path, spec) == []
+    n = 8
+    memories, state, starts = np.zeros((n, 1, 12), np.float32), None, np.ones(n, bool)
+    masks = random_masks((2, 3), n=n)
+    for step in range(4):
+        obs = unity_observations(spec, n=n, seed=30 + step)
+        expected, state = predict_unity_actions(
+            model, obs, behavior_spec=spec, state=state, episode_start=starts, action_masks=masks
+        )
+        starts = np.zeros(n, bool)
+        got = run_onnx(path, obs, memories=memories, action_masks=masks)
+        np.testing.assert_allclose(got["deterministic_continuous_actions"], expected.continuous, atol=2e-5)
+        np.testing.assert_array_equal(got["deterministic_discrete_actions"], expected.discrete)
+        chosen = got["deterministic_discrete_actions"] + np.array([0, 2])
+        assert np.all(np.take_along_axis(masks, chosen, axis=1))
+        memories = got["recurrent_out"]
+        np.testing.assert_allclose(memories[:, 0, :], state, atol=2e-5)
+    assert np.abs(state).max() > 1e-3

@@ -157,7 +157,15 @@ def test_ppo_solves_hybrid_line_as_unity_learning_test(seed):
 def test_unity_sb3_train_gives_the_projects_algorithms_the_hybrid_tuple():
     from unity_sb3.run import RunConfig, make_vec_env
 
-    for algo, hybrid in (("ppo", True), ("poca", True), ("sac", True), ("a2c", False)):
+    for algo, hybrid in (
+        ("ppo", True),
+        ("ppo_memory", True),
+        ("poca", True),
+        ("poca_memory", True),
+        ("sac", True),
+        ("a2c", False),
+        ("recurrent_ppo", False),
+    ):
         env = make_vec_env(RunConfig(env="HybridLine", algo=algo, transport="inprocess"))
         assert isinstance(env.action_space, spaces.Tuple) is hybrid, algo
         env.close()

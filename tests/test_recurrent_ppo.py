@@ -213,3 +213,27 @@ def test_runs_on_unity_vec_env_scenes(scene: str, policy: str, kwargs: dict) -> 
     actions, state = model.predict(obs, None, np.ones(env.num_envs), deterministic=True)
     assert state.shape == (env.num_envs, 8) and len(actions) == env.num_envs
     env.close()
+
+
+def test_hybrid_actions_with_memory_honour_the_masks_in_acting_and_in_the_training_sequences() -> None:
+    """Unity's hybrid + memory models: the hybrid distribution after the LSTM, env masks everywhere."""
+    from stable_baselines3.common.vec_env import DummyVecEnv
+    from test_ppo_hybrid import MaskedHybridEnv
+
+    env = DummyVecEnv([MaskedHybridEnv, MaskedHybridEnv])
+    model = RecurrentPPO(
+        "MlpLstmPolicy", env, n_steps=16, batch_size=16, n_epochs=2, memory_size=8, sequence_length=4, seed=1
+    )
+    model.learn(64)
+    received = [d for e in env.envs for _, d in e.received]
+    assert received and all(tuple(d) == (2, 0) for d in received)  # only (2, 0) is allowed
+    seq = next(model.rollout_buffer.get(16)).sequences
+    assert seq.action_masks is not None and seq.action_masks.shape == (len(seq.mask), 5)
+    assert not seq.action_masks[:, [0, 1, 4]].any() and seq.action_masks[:, [2, 3]].all()
+    with th.no_grad():
+        args = (seq.observations, seq.actions, (seq.actor_memories, seq.critic_memories), seq.episode_starts)
+        _, masked, _ = model.policy.evaluate_actions(*args, seq.action_masks)
+        _, unmasked, _ = model.policy.evaluate_actions(*args)
+    assert (masked > unmasked).all()  # the log-probabilities the update uses are taken under the masks
+    (continuous, discrete), memories = model.predict(np.zeros((2, 1), np.float32), None, np.ones(2))
+    assert continuous.shape == (2, 2) and discrete.shape == (2, 2) and memories.shape == (2, 8)

@@ -132,7 +132,7 @@ def unity_open_kwargs(config: RunConfig) -> dict[str, Any]:
 
 
 #: algorithms that take a hybrid behavior's ``Tuple(Box, MultiDiscrete)`` actions
-HYBRID_ALGOS = ("ppo", "poca", "sac")
+HYBRID_ALGOS = ("ppo", "ppo_memory", "poca", "poca_memory", "sac")
 
 
 def make_vec_env(config: RunConfig, monitor_file: str | Path | None = None):

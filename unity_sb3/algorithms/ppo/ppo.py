@@ -205,18 +205,22 @@ class PPO(SignalsAndBCMixin, SignalRolloutsMixin, SB3PPO, _OpenActionSpaces):
             raise ValueError(
                 f"PPO takes a Tuple action space only as the hybrid Tuple(Box, MultiDiscrete), got {self.action_space}."
             )
+        self.policy_class = self._hybrid_policy_class()
+        if self.rollout_buffer_class is None:
+            dict_obs = isinstance(self.observation_space, spaces.Dict)
+            self.rollout_buffer_class = (
+                _FlatActionsDictRolloutBuffer if dict_obs else _FlatActionsRolloutBuffer
+            )
+
+    def _hybrid_policy_class(self) -> type:
+        """The policy class to use for a hybrid action space (the hybrid counterpart of SB3's)."""
         policy_class = HYBRID_POLICIES.get(self.policy_class, self.policy_class)
         if not (isinstance(policy_class, type) and issubclass(policy_class, HybridActorCriticPolicy)):
             raise ValueError(
                 f"PPO with hybrid actions needs a hybrid policy ('MlpPolicy', 'CnnPolicy', 'MultiInputPolicy' or a "
                 f"HybridActorCriticPolicy subclass), got {getattr(policy_class, '__name__', policy_class)}."
             )
-        self.policy_class = policy_class
-        if self.rollout_buffer_class is None:
-            dict_obs = isinstance(self.observation_space, spaces.Dict)
-            self.rollout_buffer_class = (
-                _FlatActionsDictRolloutBuffer if dict_obs else _FlatActionsRolloutBuffer
-            )
+        return policy_class
 
     def _setup_model(self) -> None:
         hybrid = isinstance(self.action_space, spaces.Tuple)

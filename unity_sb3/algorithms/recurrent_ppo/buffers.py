@@ -21,6 +21,7 @@ class SequenceSamples(NamedTuple):
     :param mask: ``(n_seq * L,)`` bool, true at real steps (in the order of the flat samples).
     :param actor_memories: ``(n_seq, memory_size)`` stored before each sequence's first step.
     :param critic_memories: ``(n_seq, memory_size)`` likewise for the critic.
+    :param action_masks: ``(n_seq * L, sum(branches))`` True = allowed (hybrid actions), else None.
     """
 
     observations: th.Tensor | dict[str, th.Tensor]
@@ -29,6 +30,7 @@ class SequenceSamples(NamedTuple):
     mask: th.Tensor
     actor_memories: th.Tensor
     critic_memories: th.Tensor
+    action_masks: th.Tensor | None = None
 
 
 class RecurrentSignalRolloutBuffer(SignalRolloutBuffer):
@@ -107,5 +109,10 @@ class RecurrentSignalRolloutBuffer(SignalRolloutBuffer):
                 mask=th.as_tensor(seq_mask.reshape(-1), device=self.device),
                 actor_memories=self.to_torch(self.actor_memories.reshape(-1, self.memory_size)[first]),
                 critic_memories=self.to_torch(self.critic_memories.reshape(-1, self.memory_size)[first]),
+                action_masks=(
+                    th.as_tensor(self.action_masks.reshape(-1, self.mask_dim)[flat], device=self.device)
+                    if self.mask_dim
+                    else None
+                ),
             )
             yield samples._replace(sequences=sequences)

@@ -10,6 +10,12 @@ critic's. ``predict`` takes and returns the actor's memory only.
 Observations of sequences come flat, sequence-major: ``(n_seq * L, ...)`` with memories ``(n_seq,
 memory_size)`` before each sequence's first step and ``episode_starts`` ``(n_seq * L,)`` (the
 memory is zeroed before a step that starts an episode). Acting is ``L = 1``.
+
+A hybrid ``Tuple(Box, MultiDiscrete)`` action space takes
+:class:`~unity_sb3.algorithms.distributions.HybridDistribution` (as
+:class:`~unity_sb3.algorithms.ppo.hybrid.HybridActorCriticPolicy`): actions are flat rows ``(c + k,)``
+inside, discrete logits are masked with ``action_masks`` (``(N, sum(branches))``, True = allowed),
+and ``predict`` returns the Tuple's batch ``((n, c), (n, k))``.
 """
 
 from __future__ import annotations
@@ -24,6 +30,13 @@ from stable_baselines3.common.policies import ActorCriticPolicy, BaseModel
 from stable_baselines3.common.torch_layers import BaseFeaturesExtractor, CombinedExtractor, NatureCNN
 from stable_baselines3.common.type_aliases import PyTorchObs
 
+from unity_sb3.algorithms.distributions import (
+    HybridDistribution,
+    action_layout,
+    flat_action_space,
+    is_hybrid_space,
+    split_hybrid_actions,
+)
 from unity_sb3.networks.memory import (
     DEFAULT_MEMORY_SIZE,
     LSTMMemory,
@@ -44,11 +57,48 @@ class RecurrentActorCriticPolicy(ActorCriticPolicy):
         ``share_features_extractor`` defaults to False: ML-Agents' critic has its own encoders.
     """
 
-    def __init__(self, *args: Any, memory_size: int = DEFAULT_MEMORY_SIZE, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        *args: Any,
+        memory_size: int = DEFAULT_MEMORY_SIZE,
+        **kwargs: Any,
+    ) -> None:
         check_memory_settings(memory_size, 1)
         self.memory_size = memory_size
         kwargs.setdefault("share_features_extractor", False)
-        super().__init__(*args, **kwargs)
+        self.hybrid = is_hybrid_space(action_space)
+        if self.hybrid:
+            if kwargs.get("use_sde"):
+                raise ValueError(
+                    "use_sde=True is for Box actions; a hybrid policy explores with its Gaussian noise."
+                )
+            self.continuous_size, self.branches = action_layout(action_space)
+            # SB3 builds its distribution from the flat Box; _build replaces it with the hybrid one
+            super().__init__(observation_space, flat_action_space(action_space), *args, **kwargs)
+            self.action_space = action_space
+        else:
+            super().__init__(observation_space, action_space, *args, **kwargs)
+        self.flat_action_shape: tuple[int, ...] = (
+            (self.continuous_size + len(self.branches),) if self.hybrid else tuple(action_space.shape or ())
+        )
+
+    def _build(self, lr_schedule: Any) -> None:
+        if self.hybrid:
+            self.action_dist = HybridDistribution(self.continuous_size, self.branches)
+        super()._build(lr_schedule)
+
+    def _distribution(
+        self, latent_pi: th.Tensor, action_masks: th.Tensor | np.ndarray | None
+    ) -> Distribution:
+        """The action distribution from the LSTM's output; ``action_masks`` mask a hybrid policy's branches."""
+        if self.hybrid:
+            assert isinstance(self.action_dist, HybridDistribution)
+            return self.action_dist.proba_distribution(self.action_net(latent_pi), self.log_std, action_masks)
+        if action_masks is not None and not np.all(np.asarray(action_masks)):
+            raise ValueError("action masks need discrete branches: this policy has none to mask.")
+        return self._get_action_dist_from_latent(latent_pi)
 
     def _get_constructor_parameters(self) -> dict[str, Any]:
         return {**super()._get_constructor_parameters(), "memory_size": self.memory_size}
@@ -81,25 +131,34 @@ class RecurrentActorCriticPolicy(ActorCriticPolicy):
         return outputs.reshape(-1, outputs.shape[-1]), final
 
     def forward(  # type: ignore[override]
-        self, obs: PyTorchObs, memories: Memories, episode_starts: th.Tensor, deterministic: bool = False
+        self,
+        obs: PyTorchObs,
+        memories: Memories,
+        episode_starts: th.Tensor,
+        deterministic: bool = False,
+        action_masks: th.Tensor | np.ndarray | None = None,
     ) -> tuple[th.Tensor, th.Tensor, th.Tensor, Memories]:
         """One step (or sequences): actions, values ``(N, n_heads)``, log-probabilities and the memories after."""
         latent_pi, latent_vf = self._body(obs)
         latent_pi, actor_memories = self._unroll(self.lstm_actor, latent_pi, memories[0], episode_starts)
         latent_vf, critic_memories = self._unroll(self.lstm_critic, latent_vf, memories[1], episode_starts)
-        distribution = self._get_action_dist_from_latent(latent_pi)
+        distribution = self._distribution(latent_pi, action_masks)
         actions = distribution.get_actions(deterministic=deterministic)
         log_prob = distribution.log_prob(actions)
-        actions = actions.reshape((-1, *self.action_space.shape))  # type: ignore[misc]
+        actions = actions.reshape((-1, *self.flat_action_shape))
         return actions, self.value_net(latent_vf), log_prob, (actor_memories, critic_memories)
 
     def get_distribution(  # type: ignore[override]
-        self, obs: PyTorchObs, actor_memories: th.Tensor, episode_starts: th.Tensor
+        self,
+        obs: PyTorchObs,
+        actor_memories: th.Tensor,
+        episode_starts: th.Tensor,
+        action_masks: th.Tensor | np.ndarray | None = None,
     ) -> tuple[Distribution, th.Tensor]:
         """The action distribution over sequences and the actor's memories after them."""
         latent_pi = self.mlp_extractor.forward_actor(self._pi_features(obs))
         latent_pi, memories = self._unroll(self.lstm_actor, latent_pi, actor_memories, episode_starts)
-        return self._get_action_dist_from_latent(latent_pi), memories
+        return self._distribution(latent_pi, action_masks), memories
 
     def predict_values(  # type: ignore[override]
         self, obs: PyTorchObs, critic_memories: th.Tensor, episode_starts: th.Tensor
@@ -111,13 +170,18 @@ class RecurrentActorCriticPolicy(ActorCriticPolicy):
         return self.value_net(latent_vf)
 
     def evaluate_actions(  # type: ignore[override]
-        self, obs: PyTorchObs, actions: th.Tensor, memories: Memories, episode_starts: th.Tensor
+        self,
+        obs: PyTorchObs,
+        actions: th.Tensor,
+        memories: Memories,
+        episode_starts: th.Tensor,
+        action_masks: th.Tensor | None = None,
     ) -> tuple[th.Tensor, th.Tensor, th.Tensor | None]:
         """Values, log-probabilities and entropies of ``actions`` over sequences."""
         latent_pi, latent_vf = self._body(obs)
         latent_pi, _ = self._unroll(self.lstm_actor, latent_pi, memories[0], episode_starts)
         latent_vf, _ = self._unroll(self.lstm_critic, latent_vf, memories[1], episode_starts)
-        distribution = self._get_action_dist_from_latent(latent_pi)
+        distribution = self._distribution(latent_pi, action_masks)
         return self.value_net(latent_vf), distribution.log_prob(actions), distribution.entropy()
 
     def _pi_features(self, obs: PyTorchObs) -> th.Tensor:
@@ -133,8 +197,11 @@ class RecurrentActorCriticPolicy(ActorCriticPolicy):
         actor_memories: th.Tensor,
         episode_starts: th.Tensor,
         deterministic: bool = False,
+        action_masks: th.Tensor | np.ndarray | None = None,
     ) -> tuple[th.Tensor, th.Tensor]:
-        distribution, memories = self.get_distribution(observation, actor_memories, episode_starts)
+        distribution, memories = self.get_distribution(
+            observation, actor_memories, episode_starts, action_masks
+        )
         return distribution.get_actions(deterministic=deterministic), memories
 
     def predict(  # type: ignore[override]
@@ -143,20 +210,28 @@ class RecurrentActorCriticPolicy(ActorCriticPolicy):
         state: np.ndarray | None = None,
         episode_start: np.ndarray | None = None,
         deterministic: bool = False,
-    ) -> tuple[np.ndarray, np.ndarray]:
+        action_masks: np.ndarray | None = None,
+    ) -> tuple[Any, np.ndarray]:
         """sb3-contrib's ``predict(obs, state, episode_start)`` with ML-Agents' memory as the state.
 
         :param state: the actor's memories ``(n_envs, memory_size)`` float32; None: zeros.
         :param episode_start: ``(n_envs,)``, 1 where an episode starts (the memory is zeroed); None: no start.
-        :return: the actions and the memories after this step, ``(n_envs, memory_size)``.
+        :param action_masks: ``(n_envs, sum(branches))``, True = allowed (hybrid actions only).
+        :return: the actions (a hybrid policy's as ``((n, c), (n, k))``) and the memories after this
+            step, ``(n_envs, memory_size)``.
         """
         self.set_training_mode(False)
         obs_tensor, vectorized = self.obs_to_tensor(observation)
         n = len(next(iter(obs_tensor.values()))) if isinstance(obs_tensor, dict) else len(obs_tensor)
         memories, starts = predict_memories(state, episode_start, n, self.memory_size, self.device)
         with th.no_grad():
-            actions, memories = self._predict(obs_tensor, memories, starts, deterministic)
-        actions_np = actions.cpu().numpy().reshape((-1, *self.action_space.shape))  # type: ignore[misc]
+            actions, memories = self._predict(obs_tensor, memories, starts, deterministic, action_masks)
+        actions_np = actions.cpu().numpy().reshape((-1, *self.flat_action_shape))
+        if self.hybrid:
+            continuous, discrete = split_hybrid_actions(actions_np, self.action_space)  # type: ignore[arg-type]
+            if not vectorized:
+                return (continuous[0], discrete[0]), memories.cpu().numpy()
+            return (continuous, discrete), memories.cpu().numpy()
         if isinstance(self.action_space, spaces.Box):
             if self.squash_output:
                 actions_np = self.unscale_action(actions_np)

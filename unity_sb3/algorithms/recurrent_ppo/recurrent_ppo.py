@@ -76,8 +76,7 @@ class RecurrentPPO(PPO):
         if not isinstance(self.policy, RecurrentActorCriticPolicy):
             raise ValueError(
                 f"RecurrentPPO needs a RecurrentActorCriticPolicy ('MlpLstmPolicy', 'CnnLstmPolicy', "
-                f"'MultiInputLstmPolicy'), got {type(self.policy).__name__}; hybrid actions have no "
-                "recurrent policy yet."
+                f"'MultiInputLstmPolicy'), got {type(self.policy).__name__}."
             )
         plain = self.rollout_buffer
         self.rollout_buffer = RecurrentSignalRolloutBuffer(
@@ -93,6 +92,31 @@ class RecurrentPPO(PPO):
             sequence_length=self.sequence_length,
         )
 
+    def _hybrid_policy_class(self) -> type:
+        """A recurrent policy takes hybrid actions itself (see :mod:`~unity_sb3.algorithms.recurrent_ppo.policies`)."""
+        if not (
+            isinstance(self.policy_class, type) and issubclass(self.policy_class, RecurrentActorCriticPolicy)
+        ):
+            raise ValueError(
+                "RecurrentPPO with hybrid actions needs a RecurrentActorCriticPolicy ('MlpLstmPolicy', "
+                f"'CnnLstmPolicy', 'MultiInputLstmPolicy'), got {getattr(self.policy_class, '__name__', self.policy_class)}."
+            )
+        return self.policy_class
+
+    def predict(  # type: ignore[override]
+        self,
+        observation: np.ndarray | dict[str, np.ndarray],
+        state: np.ndarray | None = None,
+        episode_start: np.ndarray | None = None,
+        deterministic: bool = False,
+        action_masks: np.ndarray | None = None,
+    ) -> tuple[Any, np.ndarray]:
+        """The policy's ``predict``: actions and the actor's memories after the step (see
+        :meth:`RecurrentActorCriticPolicy.predict`); ``action_masks`` mask a hybrid policy's branches."""
+        return self.policy.predict(
+            observation, state, episode_start, deterministic, action_masks=action_masks
+        )
+
     def _act(self, obs: Any, action_masks: np.ndarray | None) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
         assert isinstance(self.rollout_buffer, RecurrentSignalRolloutBuffer)
         if self._memories is None or self._memories[0].shape[0] != self.n_envs:
@@ -100,7 +124,8 @@ class RecurrentPPO(PPO):
             self._memories = self.policy.initial_memories(self.n_envs)
         starts = th.as_tensor(self._last_episode_starts, dtype=th.float32, device=self.device)
         self.rollout_buffer.store_memories(*self._memories)
-        actions, values, log_probs, after = self.policy(obs, self._memories, starts)
+        masks = None if action_masks is None else th.as_tensor(action_masks, device=self.device)
+        actions, values, log_probs, after = self.policy(obs, self._memories, starts, action_masks=masks)
         active = th.as_tensor(self._last_active, device=self.device)[:, None]
         kept = 1.0 - starts[:, None]  # a waiting slot keeps its memory, zeroed if its episode starts
         self._memories = (
@@ -118,14 +143,16 @@ class RecurrentPPO(PPO):
         self, data: SignalRolloutBufferSamples
     ) -> tuple[th.Tensor, th.Tensor, th.Tensor | None]:
         seq = data.sequences
-        actions = seq.actions.long().flatten() if self.action_space.shape == () else seq.actions
-        if len(self.action_space.shape) == 1 and actions.ndim == 1:
+        shape = self.policy.flat_action_shape
+        actions = seq.actions.long().flatten() if shape == () else seq.actions
+        if len(shape) == 1 and actions.ndim == 1:
             actions = actions[:, None]
         values, log_prob, entropy = self.policy.evaluate_actions(
             seq.observations,
             actions,
             (seq.actor_memories, seq.critic_memories),
             seq.episode_starts,
+            seq.action_masks,
         )
         return values[seq.mask], log_prob[seq.mask], None if entropy is None else entropy[seq.mask]
 
