@@ -218,8 +218,15 @@ class RecurrentAdapter(PolicyAdapter):
         return zeros, zeros.clone()
 
     def actor_loss(self, batch: Batch) -> th.Tensor:
+        masked = (
+            batch.masks is not None
+            and "action_masks" in inspect.signature(self.policy.get_distribution).parameters
+        )
         distribution, _ = self.policy.get_distribution(
-            batch.obs, self._states(batch.n_seq), batch.episode_starts
+            batch.obs,
+            self._states(batch.n_seq),
+            batch.episode_starts,
+            **({"action_masks": batch.masks} if masked else {}),
         )
         return self._distribution_loss(distribution, batch.actions)
 
