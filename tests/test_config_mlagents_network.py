@@ -57,7 +57,12 @@ def test_hyper_conditions_on_the_goal_signals(capsys) -> None:
     kwargs = _kwargs()
     resolve_mlagents_network({"goal_conditioning_type": "hyper", "hidden_units": 32}, kwargs, _env())
     extractor_kwargs = kwargs["policy_kwargs"]["features_extractor_kwargs"]
-    assert extractor_kwargs == {"encoder": "simple", "goal_keys": ["GoalSensor"], "goal_hidden_dim": 32}
+    assert extractor_kwargs == {
+        "encoder": "simple",
+        "goal_keys": ["GoalSensor"],
+        "goal_hidden_dim": 32,
+        "goal_features": True,  # ML-Agents encodes the goals with the other observations too
+    }
     assert "goal signals GoalSensor condition" in capsys.readouterr().out
     extractor = UnityMultiInputExtractor(_env().observation_space, **extractor_kwargs)
     assert extractor.goal_keys == ["GoalSensor"] and extractor.features_dim == 32

@@ -212,6 +212,32 @@ def test_image_goal_conditions_through_its_own_encoder() -> None:
     assert all(p.grad is not None for p in extractor.goal_encoders.parameters())
 
 
+@pytest.mark.parametrize("goal", ["vector", "image"])
+def test_goal_features_encode_the_goal_as_an_observation_too(goal: str) -> None:
+    """``goal_features=True`` (ML-Agents' hyper): the goal's encoding is a feature and conditions them."""
+    goal_space = spaces.Box(-1, 1, (2,), np.float32) if goal == "vector" else image_space(20)
+    space = spaces.Dict({"goal": goal_space, "ray": spaces.Box(-1, 1, (3,), np.float32)})
+    extractor = UnityMultiInputExtractor(
+        space, cnn_output_dim=12, goal_keys=["goal"], goal_hidden_dim=8, goal_features=True
+    )
+    goal_dim = 2 if goal == "vector" else 12
+    assert list(extractor.extractors) == ["goal", "ray"] and extractor.goal_encoders is None
+    assert (
+        extractor.conditioning.in_features == goal_dim + 3
+        and extractor.conditioning.goal_features == goal_dim
+    )
+    obs = batch(space, n=5)
+    with th.no_grad():
+        parts = [extractor.extractors[k](obs[k]).float() for k in ("goal", "ray")]
+        expected = extractor.conditioning(th.cat(parts, dim=1), parts[0])
+    th.testing.assert_close(extractor(obs), expected)
+    # a goal alone is allowed then: it conditions its own encoding
+    alone = UnityMultiInputExtractor(
+        spaces.Dict({"goal": goal_space}), goal_keys=["goal"], goal_features=True
+    )
+    assert alone(batch(spaces.Dict({"goal": goal_space}), n=2)).shape == (2, 128)
+
+
 @pytest.mark.parametrize(
     ("goal_keys", "match"),
     [
@@ -338,11 +364,18 @@ def test_poca_actor_and_critic_use_the_extractor() -> None:
 
 
 @pytest.mark.parametrize(
-    ("encoder", "goal_keys"),
-    [*((e, ()) for e in ENCODERS), ("simple", ("GoalSensor",)), ("simple", ("CameraSensor",))],
-    ids=[*ENCODERS, "simple_goal_conditioned", "simple_image_goal_conditioned"],
+    ("encoder", "goal_keys", "goal_features"),
+    [
+        *((e, (), False) for e in ENCODERS),
+        ("simple", ("GoalSensor",), False),
+        ("simple", ("CameraSensor",), False),
+        ("simple", ("GoalSensor",), True),
+    ],
+    ids=[*ENCODERS, "simple_goal_conditioned", "simple_image_goal_conditioned", "simple_goal_features"],
 )
-def test_onnx_export_of_maskable_ppo_matches_predict(tmp_path, encoder: str, goal_keys) -> None:
+def test_onnx_export_of_maskable_ppo_matches_predict(
+    tmp_path, encoder: str, goal_keys, goal_features
+) -> None:
     pytest.importorskip("onnxruntime")
     from unity_sb3.export import predict_unity_actions, run_onnx, to_onnx
     from unity_sb3.spaces import BehaviorSpaces
@@ -376,7 +409,9 @@ def test_onnx_export_of_maskable_ppo_matches_predict(tmp_path, encoder: str, goa
         policy_kwargs=dict(
             net_arch=[16],
             features_extractor_class=UnityMultiInputExtractor,
-            features_extractor_kwargs=dict(encoder=encoder, cnn_output_dim=16, goal_keys=goal_keys),
+            features_extractor_kwargs=dict(
+                encoder=encoder, cnn_output_dim=16, goal_keys=goal_keys, goal_features=goal_features
+            ),
         ),
     )
     with th.no_grad():  # decisive logits, so that float rounding cannot flip an argmax

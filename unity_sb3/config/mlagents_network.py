@@ -7,8 +7,9 @@ An ML-Agents trainer config says *how* goal signals condition the network
 ``hyperparams["mlagents_network"]`` and :func:`resolve_mlagents_network` reads the open env:
 
 - ``hyper`` and goal signals under their own keys of a ``Dict`` observation space ->
-  :class:`~unity_sb3.networks.extractors.UnityMultiInputExtractor` with ``goal_keys`` (a
-  hypernetwork layer of ``hidden_units`` outputs, as ML-Agents' ``conditioning_type: hyper``);
+  :class:`~unity_sb3.networks.extractors.UnityMultiInputExtractor` with ``goal_keys`` and
+  ``goal_features=True`` (the goals are encoded with the other observations, and their encodings
+  set the weights of a layer of ``hidden_units`` outputs, as ML-Agents' ``conditioning_type: hyper``);
 - ``none``, or no goal signal -> goals stay ordinary observations, concatenated (ML-Agents' ``none``);
 - a variable-length goal signal (rank 2) conditions nothing and stays an ordinary entity
   observation: ML-Agents gives its goal encoding size 0;
@@ -98,7 +99,7 @@ def resolve_mlagents_network(network: Mapping[str, Any], kwargs: dict[str, Any],
         )
         if separate and extractor is UnityMultiInputExtractor:
             extractor_kwargs = dict(policy_kwargs.get("features_extractor_kwargs") or {})
-            extractor_kwargs.update(goal_keys=list(goals), goal_hidden_dim=hidden_units)
+            extractor_kwargs.update(goal_keys=list(goals), goal_hidden_dim=hidden_units, goal_features=True)
             policy_kwargs["features_extractor_kwargs"] = extractor_kwargs
             print(
                 f"goal_conditioning_type hyper: goal signals {', '.join(goals)} condition the other "

@@ -370,8 +370,11 @@ def _map_goal_conditioning(m: _Mapper, network: Mapping[str, Any], units: int, n
     value = _choice(network[key], CONDITIONING_TYPES, f"{n}.{key}")
     m.run.hyperparams["mlagents_network"] = {"goal_conditioning_type": value, "hidden_units": units}
     if value == "hyper":
-        target = f"UnityMultiInputExtractor(goal_keys=<the scene's goal signals>, goal_hidden_dim={units})"
-        note = "goal-signal observations condition the others (hypernetwork); resolved when Unity is open"
+        target = (
+            f"UnityMultiInputExtractor(goal_keys=<the scene's goal signals>, goal_hidden_dim={units}, "
+            "goal_features=True)"
+        )
+        note = "goal-signal observations are encoded and condition all features (hypernetwork); resolved when Unity is open"
     else:
         target = "goal signals concatenated with the other observations"
         note = "as ML-Agents' none"

@@ -285,6 +285,10 @@ class UnityMultiInputExtractor(BaseFeaturesExtractor):
         variable-length goal keys, goal keys that leave nothing to condition, or non-positive layer sizes.
     :param entities: ``"attention"`` or ``"flatten"``: how 2-D (entity) observations are encoded.
     :param entity_embedding_size: size of the attention's embeddings and output (ML-Agents: 128).
+    :param goal_features: also encode the goal signals as ordinary observations (concatenated with the
+        rest) and condition on those encodings, as ML-Agents' ``hyper`` does (the ML-Agents config
+        mapping sets it); False (default): the goals only condition, the vector raw, an image through
+        its own :class:`UnityCnn`.
     """
 
     def __init__(
@@ -297,6 +301,7 @@ class UnityMultiInputExtractor(BaseFeaturesExtractor):
         hidden_layers: Sequence[int] = (),
         entities: str = "attention",
         entity_embedding_size: int = ATTENTION_EMBEDDING_SIZE,
+        goal_features: bool = False,
     ) -> None:
         _check_encoder(encoder)
         if entities not in ("attention", "flatten"):
@@ -325,7 +330,7 @@ class UnityMultiInputExtractor(BaseFeaturesExtractor):
                     f"goal_keys: {key!r} is a variable-length (entity) observation {subspaces[key]}; goal "
                     "signals must be vectors or images (ML-Agents does not condition on entity lists either)."
                 )
-        if goal_keys and len(goal_keys) == len(subspaces):
+        if goal_keys and len(goal_keys) == len(subspaces) and not goal_features:
             raise ValueError("goal_keys name every observation: nothing is left for the goal to condition.")
         super().__init__(observation_space, features_dim=1)
         self.encoder = encoder
@@ -334,7 +339,7 @@ class UnityMultiInputExtractor(BaseFeaturesExtractor):
         entity_keys: list[str] = []
         total = 0
         for key, subspace in subspaces.items():
-            if key in goal_keys:
+            if key in goal_keys and not goal_features:
                 continue
             if isinstance(subspace, spaces.Box) and len(subspace.shape) == 2:
                 if entities == "attention":
@@ -355,6 +360,7 @@ class UnityMultiInputExtractor(BaseFeaturesExtractor):
                 total += get_flattened_obs_dim(subspace)
         self.keys = list(extractors)
         self.goal_keys = [k for k in subspaces if k in goal_keys]  # in the space's order
+        self.goal_features = goal_features
         # ModuleDict names must be non-empty and free of dots; Unity sensor names usually are
         names = [k if k and "." not in k else f"obs_{i}" for i, k in enumerate(self.keys)]
         if len(set(names)) < len(names):
@@ -369,7 +375,7 @@ class UnityMultiInputExtractor(BaseFeaturesExtractor):
         self.conditioning: HyperLinear | None = None
         goal_encoders: dict[str, nn.Module] = {}
         goal_dim = 0
-        for i, key in enumerate(self.goal_keys):
+        for i, key in enumerate([] if goal_features else self.goal_keys):
             subspace = subspaces[key]
             name = key if key and "." not in key else f"goal_{i}"
             if isinstance(subspace, spaces.Box) and len(subspace.shape) == 3:
@@ -381,6 +387,13 @@ class UnityMultiInputExtractor(BaseFeaturesExtractor):
                 goal_encoders[name] = nn.Flatten()
                 goal_dim += get_flattened_obs_dim(subspace)
         self.goal_encoders = nn.ModuleDict(goal_encoders) if goal_encoders else None
+        if goal_features:  # the goals' own features condition: their encoders are the features'
+            goal_dim = sum(
+                cnn_output_dim
+                if len(getattr(subspaces[k], "shape", ())) == 3
+                else get_flattened_obs_dim(subspaces[k])
+                for k in self.goal_keys
+            )
         if self.goal_keys:
             self.conditioning = HyperLinear(total, goal_dim, goal_hidden_dim)
             total = goal_hidden_dim
@@ -406,7 +419,11 @@ class UnityMultiInputExtractor(BaseFeaturesExtractor):
             ents = [observations] if self.single else [observations[k] for k in self.entity_keys]  # type: ignore[index]
             parts.append(self.attention(x_self, ents))
         features = _joined(parts)
-        if self.conditioning is not None:
+        if self.conditioning is not None and self.goal_features:
+            features = self.conditioning(
+                features, _joined([parts[self.keys.index(k)] for k in self.goal_keys])
+            )
+        elif self.conditioning is not None:
             goal = _joined(
                 [
                     encode(observations[k]).float()  # type: ignore[index]
