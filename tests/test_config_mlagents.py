@@ -47,7 +47,7 @@ def test_3dball_ppo_mapping() -> None:
     assert "reward_signals" not in h  # extrinsic only at strength 1: plain SB3 PPO
     assert h["policy_kwargs"] == (
         "dict(net_arch=[128, 128], activation_fn=nn.SiLU, features_extractor_class=UnityMultiInputExtractor,"
-        " features_extractor_kwargs=dict(encoder='simple'))"
+        " features_extractor_kwargs=dict(encoder='simple', cnn_output_dim=128))"
     )
     assert h["time_horizon"] == 1000 and not _unhonored(run)  # every setting of Unity's 3DBall is honored
     assert not {"summary_freq", "keep_checkpoints"} & _unhonored(run)
@@ -155,7 +155,7 @@ def test_schedules_and_policy_kwargs_resolved() -> None:
         "net_arch": [128, 128],
         "activation_fn": nn.SiLU,
         "features_extractor_class": UnityMultiInputExtractor,
-        "features_extractor_kwargs": {"encoder": "simple"},
+        "features_extractor_kwargs": {"encoder": "simple", "cnn_output_dim": 128},
     }
     assert resolve_schedule("lin_0.5")(0.5) == pytest.approx(0.25)  # RL Zoo's form decays to 0
     assert resolve_schedule(0.3) == 0.3

@@ -460,10 +460,12 @@ def test_mlagents_vis_encode_type_maps_to_the_encoder(encoder: str) -> None:
         (Path(__file__).parent / "data" / "mlagents_configs" / "3DBall_ppo.yaml").read_text()
     )
     config["behaviors"]["3DBall"]["network_settings"]["vis_encode_type"] = encoder
+    units = config["behaviors"]["3DBall"]["network_settings"]["hidden_units"]
     run = convert_mlagents_config(config)
     kwargs = parse_policy_kwargs(run.hyperparams["policy_kwargs"])
     assert kwargs["features_extractor_class"] is UnityMultiInputExtractor
-    assert kwargs["features_extractor_kwargs"] == {"encoder": encoder}
+    # ML-Agents' visual encoders end in a dense layer of hidden_units
+    assert kwargs["features_extractor_kwargs"] == {"encoder": encoder, "cnn_output_dim": units}
     assert "network_settings.vis_encode_type" not in {row.source for row in run.unhonored}
 
 

@@ -232,7 +232,8 @@ def _map_network(m: _Mapper, network: dict[str, Any], where: str, shared_critic:
     trainer = m.run.trainer_type
     recurrent = memory is not None and trainer == "ppo"
     shared = shared_critic and trainer == "ppo"
-    extractor = {"encoder": repr(vis)}
+    # ML-Agents' visual encoders end in a dense layer of hidden_units (ModelUtils.create_input_processors)
+    extractor = {"encoder": repr(vis), "cnn_output_dim": repr(units)}
     policy: dict[str, str] = {}
     if shared:
         policy["net_arch"] = "dict(pi=[], vf=[])"
@@ -277,8 +278,9 @@ def _map_network(m: _Mapper, network: dict[str, Any], where: str, shared_critic:
     m.row(
         "network_settings.vis_encode_type",
         vis,
-        f"UnityMultiInputExtractor(encoder={vis!r})",
-        "ML-Agents' encoder for every image observation; vectors are concatenated as they are",
+        f"UnityMultiInputExtractor(encoder={vis!r}, cnn_output_dim={units})",
+        "ML-Agents' encoder for every image observation, ending in hidden_units features; vectors are "
+        "concatenated as they are",
     )
     if shared_critic:
         if shared:
