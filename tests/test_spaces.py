@@ -101,6 +101,26 @@ def test_sb3_sees_uint8_channel_first_images():
     assert is_image_space(last) and not is_image_space_channels_first(last)
 
 
+def test_uint8_images_warn_once_when_values_leave_0_1_and_float_keeps_them():
+    """Unity's learning-test scenes draw images of -1 and +1: uint8 clips them, so it says so."""
+    import warnings
+
+    behavior = spec(chw(3, 8, 8), vector(2))
+    inside = [np.random.default_rng(0).random((2, 3, 8, 8), dtype=np.float32), np.zeros((2, 2), np.float32)]
+    outside = [np.full((2, 3, 8, 8), -1.0, np.float32), np.zeros((2, 2), np.float32)]
+    uint8 = BehaviorSpaces(behavior)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        uint8.observations(inside)  # [0, 1]: no warning
+    with pytest.warns(UserWarning, match=r"'camera' holds values from -1 to -1: uint8 images keep \[0, 1\]"):
+        assert (uint8.observations(outside)["camera"] == 0).all()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        uint8.observations(outside)  # once only
+        floats = BehaviorSpaces(behavior, visual="float").observations(outside)
+    assert (floats["camera"] == -1.0).all()
+
+
 def test_several_observations_make_a_dict_keyed_by_name():
     goal = vector(3, "goal", ObservationType.GOAL_SIGNAL)
     buffer = ObservationSpec((5, 4), (VAR, NONE), ObservationType.DEFAULT, "entities")

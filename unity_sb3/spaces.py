@@ -35,6 +35,7 @@ meaning *allowed*. :meth:`BehaviorSpaces.action_masks` converts.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -69,6 +70,10 @@ def observation_keys(specs: Sequence[ObservationSpec]) -> list[str]:
     return keys
 
 
+#: how many batches of each uint8 image behavior are checked for values off [0, 1]
+_RANGE_CHECKS = 100
+
+
 class BehaviorSpaces:
     """The gymnasium view of one Unity behavior: spaces plus batch conversions both ways.
 
@@ -97,6 +102,7 @@ class BehaviorSpaces:
         self.spec = spec
         self.visual = visual
         self.uint8_images = visual.startswith("uint8")
+        self._range_checks_left = _RANGE_CHECKS  # uint8 images: batches still checked for values off [0, 1]
         self.channels_last = visual.endswith("_hwc")
         self.hybrid = hybrid
         self.obs_specs = list(spec.observation_specs)
@@ -150,8 +156,25 @@ class BehaviorSpaces:
         elif axis == 0 and self.channels_last:  # (n, C, H, W) -> (n, H, W, C)
             images = np.moveaxis(images, 1, -1)
         if self.uint8_images:
-            return np.clip(np.rint(images * 255.0), 0, 255).astype(np.uint8)
+            scaled = np.rint(images * 255.0)
+            if self._range_checks_left:
+                self._check_image_range(index, scaled)
+            return np.clip(scaled, 0, 255).astype(np.uint8)
         return np.ascontiguousarray(images, dtype=np.float32)
+
+    def _check_image_range(self, index: int, scaled: np.ndarray) -> None:
+        """Warn once when an image holds values off [0, 1], which uint8 images clip (the first batches only)."""
+        self._range_checks_left -= 1
+        low, high = float(scaled.min()), float(scaled.max())
+        if low >= 0 and high <= 255:
+            return
+        self._range_checks_left = 0
+        warnings.warn(
+            f"visual observation {self.keys[index]!r} holds values from {low / 255:.3g} to {high / 255:.3g}: "
+            "uint8 images keep [0, 1] and clip the rest. Use visual='float' to give the policy the values "
+            "as Unity sends them (what ML-Agents' trainer sees).",
+            stacklevel=4,
+        )
 
     def observations(self, obs: Sequence[np.ndarray]) -> np.ndarray | dict[str, np.ndarray]:
         """Convert Unity's per-spec observation batches to the observation space.
