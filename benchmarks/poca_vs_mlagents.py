@@ -305,8 +305,11 @@ def run_ours(seed: int, discrete: bool, budget: int, cold: bool = False) -> dict
 
 
 # ------------------------------------------------------------------ driver
-def _worker(python: str, args: list[str], env: dict[str, str] | None = None) -> dict[str, Any]:
-    command = [python, str(Path(__file__).resolve()), *args]
+def _worker(
+    python: str, args: list[str], env: dict[str, str] | None = None, script: Path | None = None
+) -> dict[str, Any]:
+    """Run ``script`` (default: this file) with ``python`` and ``args``; its last stdout line as JSON."""
+    command = [python, str(script or Path(__file__).resolve()), *args]
     done = subprocess.run(command, check=False, capture_output=True, text=True, env=env)
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(command)} failed:\n{done.stderr[-3000:]}")

@@ -27,23 +27,81 @@ from mlagents_envs.base_env import (
 
 BEHAVIOR = "RealFakeBrain"
 TIME_PENALTY = 0.01
+VIS_OBS_SIZE = (3, 20, 20)  # Unity's simple_test_envs constants
+VAR_LEN_SIZE = (10, 5)
+#: Unity's ``SUCCESS_REWARD``: from its module constant ``STEP_SIZE`` (0.2), whatever an env's step size
+SUCCESS_REWARD = 1.0 + (int(1.0 / 0.2) + 1) * TIME_PENALTY
+
+
+def observation_specs(
+    num_vector: int, num_visual: int, num_var_len: int, goal_indices: tuple[int, ...]
+) -> list[ObservationSpec]:
+    """Unity's ``create_observation_specs_with_shapes``: vectors, then images, then entity lists."""
+    shapes = [(1,)] * num_vector + [VIS_OBS_SIZE] * num_visual + [VAR_LEN_SIZE] * num_var_len
+    specs = []
+    for i, shape in enumerate(shapes):
+        dims = (
+            (DimensionProperty.VARIABLE_SIZE, DimensionProperty.NONE)
+            if len(shape) == 2
+            else (DimensionProperty.UNSPECIFIED,) * len(shape)
+        )
+        kind = ObservationType.GOAL_SIGNAL if i in goal_indices else ObservationType.DEFAULT
+        specs.append(ObservationSpec(shape, dims, kind, f"observation {i} with shape {shape}"))
+    return specs
+
+
+def filled(specs: list[ObservationSpec], values: list[float]) -> list[np.ndarray]:
+    """Every observation of each agent filled with its value: one array ``(agents, *shape)`` per spec."""
+    column = np.asarray(values, dtype=np.float32)
+    return [
+        np.ones((len(values), *spec.shape), np.float32) * column.reshape(-1, *[1] * len(spec.shape))
+        for spec in specs
+    ]
 
 
 class GoalLine(BaseEnv):
-    """Unity's ``SimpleEnvironment`` with one vector observation and one agent.
+    """Unity's ``SimpleEnvironment`` with one agent, and its ``MemoryEnvironment`` (``show_steps=2``).
+
+    Every observation shows the goal: by default one vector of size 1 (``DimensionProperty.NONE``);
+    with ``num_vector``, ``num_visual``, ``num_var_len`` or ``goal_indices`` the observations of
+    Unity's ``create_observation_specs_with_shapes`` instead, filled with the goal.
+
+    With ``action_sizes=(c, d)`` (Unity's hybrid tests) each of the ``c`` continuous actions and ``d``
+    branches of 2 moves its own position; the episode ends when every position is at an end, with the
+    mean of ``SUCCESS_REWARD * position * goal``. (Unity sends one all-allowed mask array of
+    ``2 d`` columns; here one per branch, as ``mlagents_envs`` documents masks.)
 
     :param discrete: one discrete branch of 2 instead of one continuous action.
     :param step_size: the largest move per step (Unity's GAIL test uses 0.2).
     :param seed: seeds the goal draws.
+    :param show_steps: ``MemoryEnvironment``: the goal is shown while the episode's move count is at
+        most this (Unity: 2; each action of a step counts as a move, as Unity's ``step_count``), then 0.
+    :param num_vector: vector observations of size 1.
+    :param num_visual: images of shape ``VIS_OBS_SIZE`` (channels first).
+    :param num_var_len: entity lists of shape ``VAR_LEN_SIZE`` (``VARIABLE_SIZE``, every entity present).
+    :param goal_indices: observations that are goal signals (``ObservationType.GOAL_SIGNAL``).
     """
 
-    def __init__(self, discrete: bool = False, step_size: float = 0.2, seed: int = 0) -> None:
-        self.discrete = discrete
+    def __init__(
+        self,
+        discrete: bool = False,
+        step_size: float = 0.2,
+        seed: int = 0,
+        show_steps: int | None = None,
+        num_vector: int = 1,
+        num_visual: int = 0,
+        num_var_len: int = 0,
+        goal_indices: tuple[int, ...] = (),
+        action_sizes: tuple[int, int] | None = None,
+    ) -> None:
+        self.continuous_size, self.discrete_size = action_sizes or ((0, 1) if discrete else (1, 0))
+        self.discrete = self.discrete_size > 0
         self.step_size = step_size
-        self.success_reward = 1.0 + (int(1.0 / step_size) + 1) * TIME_PENALTY
-        action_spec = ActionSpec.create_discrete((2,)) if discrete else ActionSpec.create_continuous(1)
-        obs = ObservationSpec((1,), (DimensionProperty.NONE,), ObservationType.DEFAULT, "goal")
-        self.spec = BehaviorSpec([obs], action_spec)
+        self.show_steps = show_steps
+        self.num_vector, self.num_visual, self.num_var_len = num_vector, num_visual, num_var_len
+        self.success_reward = SUCCESS_REWARD
+        action_spec = ActionSpec(self.continuous_size, (2,) * self.discrete_size)
+        self.spec = BehaviorSpec(self._observation_specs(goal_indices), action_spec)
         self.random = random.Random(seed)
         self.agent_id = 0
         self.final_rewards: list[float] = []
@@ -51,21 +109,28 @@ class GoalLine(BaseEnv):
         self._reset_agent()
         self._steps = self._batched(False, 0.0)
 
+    def _observation_specs(self, goal_indices: tuple[int, ...]) -> list[ObservationSpec]:
+        if (self.num_vector, self.num_visual, self.num_var_len) == (1, 0, 0) and not goal_indices:
+            return [ObservationSpec((1,), (DimensionProperty.NONE,), ObservationType.DEFAULT, "goal")]
+        return observation_specs(self.num_vector, self.num_visual, self.num_var_len, goal_indices)
+
     @property
     def behavior_specs(self) -> BehaviorMapping:
         return BehaviorMapping({BEHAVIOR: self.spec})
 
     def _reset_agent(self) -> None:
         self.goal = self.random.choice([-1, 1])
-        self.position = 0.0
+        self.positions = [0.0] * (self.continuous_size + self.discrete_size)
+        self.moves = 0
         self.episode_reward = 0.0
         self.agent_id += 1
 
     def _obs(self) -> list[np.ndarray]:
-        return [np.full((1, 1), self.goal, dtype=np.float32)]
+        shown = self.goal if self.show_steps is None or self.moves <= self.show_steps else 0
+        return filled(list(self.spec.observation_specs), [shown])
 
     def _mask(self) -> list[np.ndarray] | None:
-        return [np.zeros((1, 2), dtype=bool)] if self.discrete else None
+        return [np.zeros((1, 2), dtype=bool)] * self.discrete_size if self.discrete else None
 
     def _batched(self, done: bool, reward: float) -> tuple[DecisionSteps, TerminalSteps]:
         obs, ids = self._obs(), np.array([self.agent_id], dtype=np.int32)
@@ -93,14 +158,18 @@ class GoalLine(BaseEnv):
 
     def step(self) -> None:
         assert self._action is not None
-        if self.discrete:
-            delta = 1.0 if int(self._action.discrete[0, 0]) else -1.0
-        else:
-            delta = float(self._action.continuous[0, 0])
-        delta = min(max(delta, -self.step_size), self.step_size)
-        self.position = min(max(self.position + delta, -1.0), 1.0)
-        done = self.position >= 1.0 or self.position <= -1.0
-        reward = self.success_reward * self.position * self.goal if done else -TIME_PENALTY
+        deltas = [float(v) for v in self._action.continuous[0, : self.continuous_size]]
+        deltas += [1.0 if int(v) else -1.0 for v in self._action.discrete[0, : self.discrete_size]]
+        for i, delta in enumerate(deltas):
+            delta = min(max(delta, -self.step_size), self.step_size)
+            self.positions[i] = min(max(self.positions[i] + delta, -1.0), 1.0)
+            self.moves += 1
+        done = all(p >= 1.0 or p <= -1.0 for p in self.positions)
+        reward = -TIME_PENALTY
+        if done:
+            reward = 0.0
+            for p in self.positions:  # Unity's sum, in its order
+                reward += self.success_reward * p * self.goal / len(self.positions)
         self.episode_reward += reward
         self._steps = self._batched(done, reward)
 
@@ -114,16 +183,18 @@ class GoalLine(BaseEnv):
     def expert(self, steps: DecisionSteps) -> ActionTuple:
         """Unity's ``RecordEnvironment.solve``: move towards the goal."""
         goal = float(np.asarray(steps.obs[0]).reshape(-1)[0]) if len(steps) else 1.0
-        if self.discrete:
-            return ActionTuple(discrete=np.array([[1 if goal > 0 else 0]] * len(steps), dtype=np.int32))
-        return ActionTuple(continuous=np.full((len(steps), 1), goal, dtype=np.float32))
+        n = len(steps)
+        return ActionTuple(
+            continuous=np.full((n, self.continuous_size), goal, dtype=np.float32),
+            discrete=np.full((n, self.discrete_size), 1 if goal > 0 else 0, dtype=np.int32),
+        )
 
 
 TEAM_BEHAVIOR = "1D"
 #: the goal of every agent comes from its own ``random.Random`` seeded with this string (Unity's
 #: ``SimpleEnvironment`` seeds with the ``str`` of its constructor arguments; with the defaults of
 #: ``test_simple_poca`` every agent draws the same sequence)
-_UNITY_SEED = "(['{name}'], 0.2, 0, 1, 0, (3, 20, 20), 1, (10, 5), {action_sizes})"
+_UNITY_SEED = "(['{name}'], {step_size}, {num_visual}, {num_vector}, {num_var_len}, (3, 20, 20), 1, (10, 5), {action_sizes})"
 
 
 class GoalLineTeam(BaseEnv):
@@ -149,20 +220,44 @@ class GoalLineTeam(BaseEnv):
         continuous action (``(1, 0)``).
     :param step_size: the largest move per step.
     :param seed: seeds every agent's goal draws; ``None``: Unity's seed string for these settings.
+    :param num_vector: ``num_visual``, ``num_var_len``, ``goal_indices``: the observations, as
+        :class:`GoalLine`'s (Unity's ``test_var_len_obs_and_goal_poca``).
     """
 
     def __init__(
-        self, num_agents: int = 2, discrete: bool = False, step_size: float = 0.2, seed: int | None = None
+        self,
+        num_agents: int = 2,
+        discrete: bool = False,
+        step_size: float = 0.2,
+        seed: int | None = None,
+        num_vector: int = 1,
+        num_visual: int = 0,
+        num_var_len: int = 0,
+        goal_indices: tuple[int, ...] = (),
     ) -> None:
         self.num_agents = num_agents
         self.discrete = discrete
         self.step_size = step_size
-        self.success_reward = 1.0 + (int(1.0 / 0.2) + 1) * TIME_PENALTY  # Unity's constant
+        self.success_reward = SUCCESS_REWARD
         action_spec = ActionSpec.create_discrete((2,)) if discrete else ActionSpec.create_continuous(1)
-        obs = ObservationSpec((1,), (DimensionProperty.UNSPECIFIED,), ObservationType.DEFAULT, "goal")
-        self.spec = BehaviorSpec([obs], action_spec)
+        if (num_vector, num_visual, num_var_len) == (1, 0, 0) and not goal_indices:
+            obs = [ObservationSpec((1,), (DimensionProperty.UNSPECIFIED,), ObservationType.DEFAULT, "goal")]
+        else:
+            obs = observation_specs(num_vector, num_visual, num_var_len, goal_indices)
+        self.spec = BehaviorSpec(obs, action_spec)
         sizes = (0, 1) if discrete else (1, 0)
-        key = _UNITY_SEED.format(name=TEAM_BEHAVIOR, action_sizes=sizes) if seed is None else seed
+        key = (
+            _UNITY_SEED.format(
+                name=TEAM_BEHAVIOR,
+                step_size=step_size,
+                num_visual=num_visual,
+                num_vector=num_vector,
+                num_var_len=num_var_len,
+                action_sizes=sizes,
+            )
+            if seed is None
+            else seed
+        )
         self.randoms = [random.Random(key) for _ in range(num_agents)]
         for rng in self.randoms:  # Unity draws twice in the constructor, once in its reset
             rng.choice([-1, 1])
@@ -232,8 +327,9 @@ class GoalLineTeam(BaseEnv):
         ended = [i for i in range(self.num_agents) if self.pending[i][1] is not None and i in self.just_died]
         self.just_died.difference_update(ended)
         terminals = [self.pending[i][1] for i in ended]
+        specs = list(self.spec.observation_specs)
         decision = DecisionSteps(
-            [np.array([[self.goals[i]] for i in alive], dtype=np.float32).reshape(len(alive), 1)],
+            filled(specs, [self.goals[i] for i in alive]),
             np.array([self.pending[i][0] for i in alive], dtype=np.float32),
             np.array(alive, dtype=np.int32),
             [np.zeros((len(alive), 2), dtype=bool)] if self.discrete else None,
@@ -242,7 +338,7 @@ class GoalLineTeam(BaseEnv):
         )
         terminal = TerminalSteps(
             # Unity's sends no observation array at all when no agent ended
-            [np.array([t[0] for t in terminals], dtype=np.float32).reshape(len(ended), 1)] if ended else [],
+            filled(specs, [t[0] for t in terminals]) if ended else [],
             np.array([t[1] for t in terminals], dtype=np.float32),
             np.zeros(len(ended), dtype=bool),
             np.array(ended, dtype=np.int32),

@@ -1,0 +1,341 @@
+"""Unity's learning tests for memory, entity lists, goals and hybrid actions: how often each trainer passes.
+
+Each case is one of Unity's ``test_simple_rl.py`` / ``test_hybrid.py`` tests (memory, variable-length
+observations with goal signals, hybrid actions): a scene of ``simple_test_envs.py``, one of Unity's
+dummy trainer configs evolved as the test evolves it, a budget (``max_steps``) and the check of
+``check_environment_trains``: the mean of the last 5 training episodes' rewards above 0.9. Unity runs
+each test with one training seed; this script runs each case for several seeds, interleaved, with
+
+(a) ML-Agents' own trainer (``--mlagents-python``: a Python with the ``mlagents`` 1.1.0 package;
+    ``--mlagents-src``: Unity's test helpers, as for ``poca_vs_mlagents.py``, whose docstring says
+    what the worker changes at run time), and
+(b) this project, the same case as ``tests/test_unity_learning_tests.py`` runs it: the config mapped
+    by ``unity_sb3.config.mlagents``, the scene re-created in ``tests/goal_line.py``.
+
+Prints, per case, how many seeds each trainer passes and the median of the last-5 mean. Each run is
+a fresh process with one torch thread.
+
+    python benchmarks/unity_learning_tests.py --mlagents-python /tmp/mla_venv/bin/python \\
+        --mlagents-src /tmp/mla_src --cases recurrent_sac-continuous hybrid_visual_ppo-1 --seeds 1337 0 1 2
+
+Without ``--mlagents-python`` only this project's side runs. Writes
+``benchmarks/results/unity_learning_tests.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+from _common import print_table, write_results  # noqa: E402
+
+BEHAVIOR = "1D"
+THRESHOLD = 0.9
+LAST_N = 5
+
+
+@dataclass(frozen=True)
+class Case:
+    """One of Unity's learning tests with one parametrisation.
+
+    :param scene: ``"simple"`` (``SimpleEnvironment``), ``"memory"`` (``MemoryEnvironment``) or
+        ``"team"`` (``MultiAgentEnvironment``, 2 agents).
+    :param trainer: ``"ppo"``, ``"sac"`` or ``"poca"`` (Unity's dummy config of that name).
+    :param scene_kwargs: the scene's arguments (``action_sizes``, ``step_size``, ``num_visual``, ...).
+    :param hyperparameters: changes to the dummy config's hyperparameters.
+    :param memory: ``network_settings.memory`` (``memory_size``, ``sequence_length``), or None.
+    :param hyper_goals: ``network_settings.goal_conditioning_type: hyper`` (the default anyway).
+    :param max_steps: the budget in agent-steps.
+    :param unity_seed: the training seed of Unity's test.
+    """
+
+    scene: str
+    trainer: str
+    scene_kwargs: dict[str, Any] = field(default_factory=dict)
+    hyperparameters: dict[str, Any] = field(default_factory=dict)
+    memory: dict[str, int] | None = None
+    hyper_goals: bool = False
+    max_steps: int | None = None
+    unity_seed: int = 1337
+
+
+def cases() -> dict[str, Case]:
+    """Unity's tests by name (``<test>-<parametrisation>``), with the settings the tests give."""
+    out: dict[str, Case] = {}
+    actions = {"continuous": (1, 0), "discrete": (0, 1)}
+    recurrent_on_policy = {"learning_rate": 1.0e-3, "batch_size": 64, "buffer_size": 128}
+    for kind, sizes in actions.items():
+        out[f"recurrent_ppo-{kind}"] = Case(
+            "memory", "ppo", {"action_sizes": sizes}, recurrent_on_policy, {"memory_size": 16}, max_steps=6000
+        )
+        out[f"recurrent_poca-{kind}"] = Case(
+            "memory",
+            "poca",
+            {"action_sizes": sizes},
+            recurrent_on_policy,
+            {"memory_size": 16},
+            max_steps=6000,
+        )
+        out[f"recurrent_sac-{kind}"] = Case(
+            "memory",
+            "sac",
+            {"action_sizes": sizes, "step_size": 0.2 if kind == "continuous" else 0.5},
+            {"batch_size": 256, "learning_rate": 3e-4, "buffer_init_steps": 1000, "steps_per_update": 2},
+            {"memory_size": 16, "sequence_length": 16},
+            max_steps=4000,
+        )
+        for var in (1, 2):
+            out[f"var_len_obs_sac-{kind}-var{var}"] = Case(
+                "simple",
+                "sac",
+                {
+                    "action_sizes": sizes,
+                    "num_visual": 0,
+                    "num_vector": 0,
+                    "num_var_len": var,
+                    "step_size": 0.2,
+                },
+                {"batch_size": 16, "learning_rate": 3e-4},
+            )
+        for vis in (0, 1):
+            for vec in (0, 1):
+                for var in (1, 2):
+                    grid = {"num_visual": vis, "num_vector": vec, "num_var_len": var, "goal_indices": [0]}
+                    out[f"var_len_obs_and_goal_ppo-{kind}-vis{vis}-vec{vec}-var{var}"] = Case(
+                        "simple",
+                        "ppo",
+                        {"action_sizes": sizes, "step_size": 0.2, **grid},
+                        {"learning_rate": 3.0e-4},
+                        hyper_goals=True,
+                    )
+                    if kind == "discrete":
+                        out[f"var_len_obs_and_goal_poca-vis{vis}-vec{vec}-var{var}"] = Case(
+                            "team",
+                            "poca",
+                            {"action_sizes": sizes, "step_size": 0.2, **grid},
+                            {"learning_rate": 3.0e-4},
+                            hyper_goals=True,
+                            max_steps=25000,
+                        )
+    for c, d in ((1, 1), (2, 2), (1, 2), (2, 1)):
+        scene = {"action_sizes": (c, d), "step_size": 0.8}
+        out[f"hybrid_ppo-{c}c{d}d"] = Case(
+            "simple",
+            "ppo",
+            scene,
+            {"batch_size": 64, "buffer_size": 1024, "learning_rate": 1e-3},
+            max_steps=20000,
+        )
+        out[f"hybrid_sac-{c}c{d}d"] = Case(
+            "simple",
+            "sac",
+            scene,
+            {"buffer_size": 50000, "batch_size": 256, "buffer_init_steps": 0},
+            max_steps=8000,
+        )
+    for vis, ppo_seed, sac_seed in ((1, 1336, 1337), (2, 1338, 1338)):
+        scene = {"action_sizes": (1, 1), "num_visual": vis, "num_vector": 0}
+        out[f"hybrid_visual_ppo-{vis}"] = Case(
+            "simple",
+            "ppo",
+            scene,
+            {"batch_size": 64, "buffer_size": 1024, "learning_rate": 1e-4},
+            max_steps=8000,
+            unity_seed=ppo_seed,
+        )
+        out[f"hybrid_visual_sac-{vis}"] = Case(
+            "simple",
+            "sac",
+            scene,
+            {"buffer_size": 50000, "batch_size": 128, "learning_rate": 3.0e-4},
+            max_steps=3000,
+            unity_seed=sac_seed,
+        )
+    memory_scene = {"action_sizes": (1, 1), "step_size": 0.5}
+    out["hybrid_recurrent_ppo"] = Case(
+        "memory",
+        "ppo",
+        memory_scene,
+        {"learning_rate": 1.0e-3, "batch_size": 64, "buffer_size": 512},
+        {"memory_size": 16},
+        max_steps=5000,
+    )
+    out["hybrid_recurrent_sac"] = Case(
+        "memory",
+        "sac",
+        memory_scene,
+        {"batch_size": 256, "learning_rate": 3e-4, "buffer_init_steps": 1000, "steps_per_update": 2},
+        {"memory_size": 16, "sequence_length": 16},
+        max_steps=4000,
+        unity_seed=1212,
+    )
+    return out
+
+
+def _processed(final_rewards: list[float]) -> float:
+    last = final_rewards[-LAST_N:]
+    return sum(last) / len(last) if last else float("nan")
+
+
+# ------------------------------------------------------------------ ML-Agents' side (its Python)
+def run_mlagents(src: Path, case: Case, seed: int) -> dict[str, Any]:
+    """The case with ML-Agents' trainer: ``check_environment_trains`` without its assertion."""
+    import contextlib
+    import io
+
+    import attr
+    from mlagents.plugins.trainer_type import get_default_trainer_types
+    from mlagents.torch_utils import torch
+    from mlagents.trainers.settings import ConditioningType, NetworkSettings
+    from mlagents.trainers.torch_entities import model_serialization
+    from poca_vs_mlagents import _import_unity_tests
+
+    torch.set_num_threads(1)
+    _import_unity_tests(src)
+    from mlagents.trainers.tests import dummy_config, simple_test_envs
+    from mlagents.trainers.tests.check_env_trains import check_environment_trains
+
+    get_default_trainer_types()
+    model_serialization.ModelSerializer.export_policy_model = lambda self, path: None
+    kwargs = dict(case.scene_kwargs)
+    kwargs["action_sizes"] = tuple(kwargs["action_sizes"])
+    if case.scene == "memory":
+        env = simple_test_envs.MemoryEnvironment([BEHAVIOR], **kwargs)
+    elif case.scene == "team":
+        env = simple_test_envs.MultiAgentEnvironment([BEHAVIOR], num_agents=2, **kwargs)
+    else:
+        env = simple_test_envs.SimpleEnvironment([BEHAVIOR], **kwargs)
+    config = getattr(dummy_config, f"{case.trainer}_dummy_config")()
+    network = config.network_settings
+    if case.memory is not None:
+        network = attr.evolve(network, memory=NetworkSettings.MemorySettings(**case.memory))
+    if case.hyper_goals:
+        network = attr.evolve(network, goal_conditioning_type=ConditioningType.HYPER)
+    config = attr.evolve(
+        config,
+        hyperparameters=attr.evolve(config.hyperparameters, **case.hyperparameters),
+        network_settings=network,
+        **({"max_steps": case.max_steps} if case.max_steps else {}),
+    )
+    start = time.perf_counter()
+    with contextlib.redirect_stdout(io.StringIO()):
+        check_environment_trains(env, {BEHAVIOR: config}, success_threshold=None, training_seed=seed)
+    rewards = list(env.final_rewards[BEHAVIOR])
+    return {"last5": _processed(rewards), "episodes": len(rewards), "wall_s": time.perf_counter() - start}
+
+
+# ------------------------------------------------------------------ our side (this project's Python)
+def run_ours(case: Case, seed: int) -> dict[str, Any]:
+    """The case as ``tests/test_unity_learning_tests.py`` runs it."""
+    import torch as th
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from goal_line import BEHAVIOR as LINE
+    from goal_line import TEAM_BEHAVIOR, GoalLine, GoalLineTeam
+    from unity_learning import evolve, train_on
+
+    th.set_num_threads(1)
+    kwargs = dict(case.scene_kwargs)
+    kwargs["action_sizes"] = tuple(kwargs["action_sizes"])
+    kwargs["goal_indices"] = tuple(kwargs.get("goal_indices", ()))
+    if case.scene == "team":
+        sizes = kwargs.pop("action_sizes")
+        scene, behavior = GoalLineTeam(2, discrete=sizes == (0, 1), seed=seed, **kwargs), TEAM_BEHAVIOR
+    else:
+        show = 2 if case.scene == "memory" else None
+        scene, behavior = GoalLine(seed=seed, show_steps=show, **kwargs), LINE
+    changes: dict[str, Any] = {"hyperparameters": case.hyperparameters}
+    network: dict[str, Any] = {}
+    if case.memory is not None:
+        network["memory"] = case.memory
+    if case.hyper_goals:
+        network["goal_conditioning_type"] = "hyper"
+    if network:
+        changes["network_settings"] = network
+    if case.max_steps:
+        changes["max_steps"] = case.max_steps
+    start = time.perf_counter()
+    train_on(scene, behavior, evolve(case.trainer, **changes), seed)
+    rewards = list(scene.final_rewards)
+    return {"last5": _processed(rewards), "episodes": len(rewards), "wall_s": time.perf_counter() - start}
+
+
+# ------------------------------------------------------------------ driver
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--mlagents-python", help="a Python with mlagents 1.1.0 (omit: this project only)")
+    parser.add_argument("--mlagents-src", type=Path, help="holds ml-agents/mlagents/trainers/tests/")
+    parser.add_argument("--cases", nargs="+", default=None, help="case names (default: all); see --list")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="training seeds")
+    parser.add_argument("--unity-seed", action="store_true", help="also run each case's own Unity seed")
+    parser.add_argument("--list", action="store_true", help="print the case names and exit")
+    parser.add_argument("--worker", choices=["mlagents", "ours"], help=argparse.SUPPRESS)
+    parser.add_argument("--case", help=argparse.SUPPRESS)
+    parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    table = cases()
+    if args.list:
+        print("\n".join(table))
+        return
+    if args.worker:
+        case = table[args.case]
+        result = (
+            run_mlagents(args.mlagents_src, case, args.seed)
+            if args.worker == "mlagents"
+            else run_ours(case, args.seed)
+        )
+        print(json.dumps(result))
+        return
+    from poca_vs_mlagents import _git_head, _worker
+
+    names = args.cases or list(table)
+    unknown = [n for n in names if n not in table]
+    if unknown:
+        parser.error(f"unknown cases {unknown}; --list shows them")
+    trainers = ["mlagents", "ours"] if args.mlagents_python else ["ours"]
+    if args.mlagents_python and not args.mlagents_src:
+        parser.error("--mlagents-src is required with --mlagents-python")
+    print(f"unity_sb3 at {_git_head()}", flush=True)
+    runs: list[dict[str, Any]] = []
+    for name in names:
+        seeds = list(dict.fromkeys(([table[name].unity_seed] if args.unity_seed else []) + args.seeds))
+        for round_, seed in enumerate(seeds):
+            for trainer in trainers if round_ % 2 == 0 else trainers[::-1]:
+                python = args.mlagents_python if trainer == "mlagents" else sys.executable
+                extra = ["--mlagents-src", str(args.mlagents_src)] if trainer == "mlagents" else []
+                worker = ["--worker", trainer, "--case", name, "--seed", str(seed), *extra]
+                result = _worker(python, worker, script=Path(__file__).resolve())
+                result.update(case=name, trainer=trainer, seed=seed, passed=bool(result["last5"] > THRESHOLD))
+                runs.append(result)
+                print(
+                    f"{name:45s} seed {seed:5d} {trainer:8s} last-5 mean {result['last5']:6.3f} "
+                    f"({'pass' if result['passed'] else 'FAIL'}, {result['wall_s']:.0f} s)",
+                    flush=True,
+                )
+    rows = []
+    for name in names:
+        row: dict[str, Any] = {"case": name}
+        for trainer in trainers:
+            mine = [r for r in runs if r["case"] == name and r["trainer"] == trainer]
+            label = "ML-Agents" if trainer == "mlagents" else "unity_sb3"
+            row[f"{label} passed"] = f"{sum(r['passed'] for r in mine)}/{len(mine)}"
+            row[f"{label} last-5 (median)"] = statistics.median(r["last5"] for r in mine)
+        rows.append(row)
+    print_table(rows, list(rows[0]), title=f"Unity's learning tests, seeds {args.seeds}")
+    path = write_results("unity_learning_tests", rows, seeds=args.seeds, runs=runs, unity_sb3=_git_head())
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
