@@ -13,7 +13,9 @@ each test with one training seed; this script runs each case for several seeds, 
     by ``unity_sb3.config.mlagents``, the scene re-created in ``tests/goal_line.py``.
 
 Prints, per case, how many seeds each trainer passes and the median of the last-5 mean. Each run is
-a fresh process with one torch thread.
+a fresh process with one torch thread. First, in ML-Agents' Python, Unity's scenes and ours are
+stepped with the same random actions and goal draws and every batch compared (``--skip-check-env``
+skips that).
 
     python benchmarks/unity_learning_tests.py --mlagents-python /tmp/mla_venv/bin/python \\
         --mlagents-src /tmp/mla_src --cases recurrent_sac-continuous hybrid_visual_ppo-1 --seeds 1337 0 1 2
@@ -233,6 +235,81 @@ def run_mlagents(src: Path, case: Case, seed: int) -> dict[str, Any]:
     return {"last5": _processed(rewards), "episodes": len(rewards), "wall_s": time.perf_counter() - start}
 
 
+def check_env(src: Path, steps: int = 3000) -> dict[str, Any]:
+    """Step Unity's ``SimpleEnvironment`` / ``MemoryEnvironment`` and our ``GoalLine`` with the same
+    random actions and the same goal draws; assert identical batches (observations, rewards, ids,
+    masks, ends) and end rewards. Runs in ML-Agents' Python (``goal_line`` needs only
+    ``mlagents_envs``). Unity's one mask array of ``2 d`` columns is compared with our per-branch
+    arrays joined."""
+    import numpy as np
+    from mlagents_envs.base_env import ActionTuple
+    from poca_vs_mlagents import _import_unity_tests
+
+    _import_unity_tests(src)
+    from mlagents.trainers.tests import simple_test_envs
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from goal_line import BEHAVIOR as LINE
+    from goal_line import GoalLine
+
+    def fields(batch: Any) -> list[Any]:
+        dec, term = batch
+        mask = [] if dec.action_mask is None else [np.concatenate(list(dec.action_mask), axis=1)]
+        return [
+            *dec.obs,
+            dec.reward,
+            dec.agent_id,
+            *mask,
+            *term.obs,
+            term.reward,
+            term.agent_id,
+            term.interrupted,
+        ]
+
+    checked = {}
+    variants = {
+        "hybrid 2c2d step 0.8": ("simple", {"action_sizes": (2, 2), "step_size": 0.8}),
+        "memory 1c1d step 0.5": ("memory", {"action_sizes": (1, 1), "step_size": 0.5}),
+        "memory discrete": ("memory", {"action_sizes": (0, 1)}),
+        "vis1 vec1 var2 goal 0, continuous": (
+            "simple",
+            {"action_sizes": (1, 0), "num_visual": 1, "num_vector": 1, "num_var_len": 2, "goal_indices": [0]},
+        ),
+    }
+    for label, (kind, kwargs) in variants.items():
+        cls = simple_test_envs.MemoryEnvironment if kind == "memory" else simple_test_envs.SimpleEnvironment
+        theirs = cls([BEHAVIOR], **kwargs)
+        ours_kwargs = {**kwargs, "goal_indices": tuple(kwargs.get("goal_indices", ()))}
+        ours = GoalLine(show_steps=2 if kind == "memory" else None, **ours_kwargs)
+        theirs.reset()
+        ours.reset()
+        # the same goal sequence from here on: our generator takes the state of Unity's
+        ours.random.setstate(theirs.random.getstate())
+        ours.goal, ours.agent_id = theirs.goal[BEHAVIOR], int(theirs.agent_id[BEHAVIOR])
+        ours._steps = ours._batched(False, 0.0)
+        rng = np.random.default_rng(0)
+        c, d = kwargs["action_sizes"]
+        for t in range(steps):
+            a, b = fields(theirs.get_steps(BEHAVIOR)), fields(ours.get_steps(LINE))
+            same = len(a) == len(b) and all(
+                np.shape(x) == np.shape(y) and np.allclose(np.asarray(x, float), np.asarray(y, float))
+                for x, y in zip(a, b)
+            )
+            if not same:
+                raise AssertionError(f"{label}: batches differ at step {t}")
+            action = ActionTuple(
+                continuous=rng.normal(0.1, 0.5, (1, c)).astype(np.float32),
+                discrete=rng.integers(0, 2, (1, d)).astype(np.int32),
+            )
+            theirs.set_actions(BEHAVIOR, action)
+            ours.set_actions(LINE, action)
+            theirs.step()
+            ours.step()
+        assert np.allclose(theirs.final_rewards[BEHAVIOR], ours.final_rewards), label
+        checked[label] = {"steps": steps, "episodes": len(ours.final_rewards)}
+    return checked
+
+
 # ------------------------------------------------------------------ our side (this project's Python)
 def run_ours(case: Case, seed: int) -> dict[str, Any]:
     """The case as ``tests/test_unity_learning_tests.py`` runs it."""
@@ -280,13 +357,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="training seeds")
     parser.add_argument("--unity-seed", action="store_true", help="also run each case's own Unity seed")
     parser.add_argument("--list", action="store_true", help="print the case names and exit")
-    parser.add_argument("--worker", choices=["mlagents", "ours"], help=argparse.SUPPRESS)
+    parser.add_argument("--skip-check-env", action="store_true", help="do not compare the scenes first")
+    parser.add_argument("--worker", choices=["mlagents", "ours", "check-env"], help=argparse.SUPPRESS)
     parser.add_argument("--case", help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     table = cases()
     if args.list:
         print("\n".join(table))
+        return
+    if args.worker == "check-env":
+        print(json.dumps(check_env(args.mlagents_src)))
         return
     if args.worker:
         case = table[args.case]
@@ -307,6 +388,14 @@ def main(argv: list[str] | None = None) -> None:
     if args.mlagents_python and not args.mlagents_src:
         parser.error("--mlagents-src is required with --mlagents-python")
     print(f"unity_sb3 at {_git_head()}", flush=True)
+    env_check = None
+    if args.mlagents_python and not args.skip_check_env:
+        env_check = _worker(
+            args.mlagents_python,
+            ["--worker", "check-env", "--mlagents-src", str(args.mlagents_src)],
+            script=Path(__file__).resolve(),
+        )
+        print(f"scenes identical under the same random actions and goals: {env_check}", flush=True)
     runs: list[dict[str, Any]] = []
     for name in names:
         seeds = list(dict.fromkeys(([table[name].unity_seed] if args.unity_seed else []) + args.seeds))
@@ -333,7 +422,9 @@ def main(argv: list[str] | None = None) -> None:
             row[f"{label} last-5 (median)"] = statistics.median(r["last5"] for r in mine)
         rows.append(row)
     print_table(rows, list(rows[0]), title=f"Unity's learning tests, seeds {args.seeds}")
-    path = write_results("unity_learning_tests", rows, seeds=args.seeds, runs=runs, unity_sb3=_git_head())
+    path = write_results(
+        "unity_learning_tests", rows, seeds=args.seeds, runs=runs, unity_sb3=_git_head(), env_check=env_check
+    )
     print(f"wrote {path}")
 
 
