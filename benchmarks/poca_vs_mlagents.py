@@ -61,24 +61,6 @@ from _common import print_table, write_results  # noqa: E402
 BEHAVIOR = "1D"
 THRESHOLD = 0.9
 LAST_N = 5
-#: Unity's poca_dummy_config() (dummy_config.py) as an ML-Agents trainer config
-MLAGENTS_CONFIG: dict[str, Any] = {
-    "behaviors": {
-        BEHAVIOR: {
-            "trainer_type": "poca",
-            "hyperparameters": {
-                "learning_rate": 5.0e-3,
-                "learning_rate_schedule": "constant",
-                "batch_size": 16,
-                "buffer_size": 64,
-            },
-            "network_settings": {"num_layers": 1, "hidden_units": 32},
-            "summary_freq": 500,
-            "max_steps": 3000,
-            "threaded": False,
-        }
-    }
-}
 _RUN_KEYS = ("algo", "n_timesteps", "policy", "normalize", "open_kwargs", "summary_freq")
 
 
@@ -267,7 +249,9 @@ def run_ours(seed: int, discrete: bool, budget: int, cold: bool = False) -> dict
     from goal_line import GoalLineTeam
 
     th.set_num_threads(1)
-    hyper = convert_mlagents_config(MLAGENTS_CONFIG).as_hyperparams()
+    from unity_learning import POCA_CONFIG  # Unity's poca_dummy_config() as an ML-Agents trainer config
+
+    hyper = convert_mlagents_config({"behaviors": {BEHAVIOR: POCA_CONFIG}}).as_hyperparams()
     for key in _RUN_KEYS:
         hyper.pop(key, None)
     ends: list[tuple[int, float]] = []

@@ -39,10 +39,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 from _common import print_table, write_results  # noqa: E402
-
-BEHAVIOR = "1D"
-THRESHOLD = 0.9
-LAST_N = 5
+from poca_vs_mlagents import BEHAVIOR, LAST_N, THRESHOLD, _git_head, _import_unity_tests, _worker  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -199,7 +196,6 @@ def run_mlagents(src: Path, case: Case, seed: int) -> dict[str, Any]:
     from mlagents.torch_utils import torch
     from mlagents.trainers.settings import ConditioningType, NetworkSettings
     from mlagents.trainers.torch_entities import model_serialization
-    from poca_vs_mlagents import _import_unity_tests
 
     torch.set_num_threads(1)
     _import_unity_tests(src)
@@ -243,7 +239,6 @@ def check_env(src: Path, steps: int = 3000) -> dict[str, Any]:
     arrays joined."""
     import numpy as np
     from mlagents_envs.base_env import ActionTuple
-    from poca_vs_mlagents import _import_unity_tests
 
     _import_unity_tests(src)
     from mlagents.trainers.tests import simple_test_envs
@@ -378,8 +373,6 @@ def main(argv: list[str] | None = None) -> None:
         )
         print(json.dumps(result))
         return
-    from poca_vs_mlagents import _git_head, _worker
-
     names = args.cases or list(table)
     unknown = [n for n in names if n not in table]
     if unknown:

@@ -79,16 +79,23 @@ def test_hybrid_loss_is_squared_error_of_the_mean_plus_each_branchs_cross_entrop
     env.close()
 
 
-def test_bc_clones_the_hybrid_line_expert(hybrid_line_demo):
+@pytest.mark.parametrize("memory", [False, True], ids=["ppo", "ppo_with_memory"])
+def test_bc_clones_the_hybrid_line_expert(hybrid_line_demo, memory: bool):
+    """With memory (RecurrentPPO) the BC loss of sequences reaches both action kinds too."""
+    from unity_sb3 import RecurrentPPO
+
     env = UnityVecEnv(make_scene("HybridLine", seed=5, num_agents=8), hybrid="tuple")
-    model = PPO(
-        "MlpPolicy", env, n_steps=8, batch_size=16, seed=0, device="cpu", policy_kwargs=dict(net_arch=[32])
-    )
+    common = dict(n_steps=8, batch_size=16, seed=0, device="cpu")
+    if memory:
+        model = RecurrentPPO("MlpLstmPolicy", env, memory_size=16, sequence_length=4, **common)
+    else:
+        model = PPO("MlpPolicy", env, policy_kwargs=dict(net_arch=[32]), **common)
+    assert make_adapter(model).loss == "mse"
     pretrain_bc(
         model, hybrid_line_demo, epochs=30, batch_size=32, learning_rate=3e-3, validation_split=0.0, seed=0
     )
     obs = np.array([[-1.0], [1.0]], dtype=np.float32)
-    (continuous, discrete), _ = model.predict(obs, deterministic=True)
+    (continuous, discrete), _ = model.predict(obs, None, np.ones(2), deterministic=True)
     assert continuous[0, 0] < -0.5 and continuous[1, 0] > 0.5
     np.testing.assert_array_equal(discrete[:, 0], [0, 1])
     env.close()
@@ -133,30 +140,4 @@ def test_the_bc_term_of_ppo_trains_with_hybrid_demos(hybrid_line_demo):
     model.learn(128)
     loss = model.logger.name_to_value.get("behavioral_cloning/loss")
     assert loss is not None and np.isfinite(loss)
-    env.close()
-
-
-def test_bc_clones_the_hybrid_line_expert_into_a_policy_with_memory(hybrid_line_demo):
-    """Hybrid actions with memory (RecurrentPPO): the BC loss of sequences reaches both action kinds."""
-    from unity_sb3 import RecurrentPPO
-
-    env = UnityVecEnv(make_scene("HybridLine", seed=5, num_agents=4), hybrid="tuple")
-    model = RecurrentPPO(
-        "MlpLstmPolicy",
-        env,
-        n_steps=8,
-        batch_size=16,
-        memory_size=16,
-        sequence_length=4,
-        seed=0,
-        device="cpu",
-    )
-    assert make_adapter(model).loss == "mse"
-    pretrain_bc(
-        model, hybrid_line_demo, epochs=30, batch_size=32, learning_rate=3e-3, validation_split=0.0, seed=0
-    )
-    obs = np.array([[-1.0], [1.0]], dtype=np.float32)
-    (continuous, discrete), _ = model.predict(obs, None, np.ones(2), deterministic=True)
-    assert continuous[0, 0] < -0.5 and continuous[1, 0] > 0.5
-    np.testing.assert_array_equal(discrete[:, 0], [0, 1])
     env.close()

@@ -27,6 +27,19 @@ RECURRENT_ON_POLICY = {
 }
 
 
+#: Unity's test_recurrent_sac / test_hybrid_recurrent_sac settings
+RECURRENT_SAC = {
+    "hyperparameters": {
+        "batch_size": 256,
+        "learning_rate": 3e-4,
+        "buffer_init_steps": 1000,
+        "steps_per_update": 2,
+    },
+    "network_settings": {"memory": {"memory_size": 16, "sequence_length": 16}},
+    "max_steps": 4000,
+}
+
+
 def _slow_unless(default: bool, *values):
     """``pytest.param(*values)``, marked slow unless ``default``."""
     return pytest.param(*values, marks=() if default else pytest.mark.slow)
@@ -75,17 +88,7 @@ def test_recurrent_poca_on_a_team(discrete: bool) -> None:
 @pytest.mark.parametrize("discrete", ACTIONS)
 def test_recurrent_sac(discrete: bool) -> None:
     scene = GoalLine(discrete=discrete, seed=SEED, show_steps=2, step_size=0.5 if discrete else 0.2)
-    settings = evolve(
-        "sac",
-        hyperparameters={
-            "batch_size": 256,
-            "learning_rate": 3e-4,
-            "buffer_init_steps": 1000,
-            "steps_per_update": 2,
-        },
-        network_settings={"memory": {"memory_size": 16, "sequence_length": 16}},
-        max_steps=4000,
-    )
+    settings = evolve("sac", **RECURRENT_SAC)
     model = train_on(scene, BEHAVIOR, settings, SEED)
     assert model.policy.memory_size == 16
     assert processed_reward(scene.final_rewards) > THRESHOLD
@@ -95,6 +98,14 @@ def test_recurrent_sac(discrete: bool) -> None:
 #: the image, else an entity list, which ML-Agents does not condition on)
 OBSERVATIONS = [(vis, vec, var) for vis in (0, 1) for vec in (0, 1) for var in (1, 2)]
 _DEFAULT_VAR_LEN = {((1, 0, 1), False), ((0, 0, 2), True)}  # an image goal; an entity-list goal
+
+
+def _grid(observations: tuple[int, int, int]) -> dict:
+    """Scene arguments of one point of Unity's grid, the goal signal being observation 0."""
+    num_visual, num_vector, num_var_len = observations
+    return dict(
+        seed=SEED, num_visual=num_visual, num_vector=num_vector, num_var_len=num_var_len, goal_indices=(0,)
+    )
 
 
 @pytest.mark.parametrize(
@@ -111,24 +122,15 @@ _DEFAULT_VAR_LEN = {((1, 0, 1), False), ((0, 0, 2), True)}  # an image goal; an 
     ],
 )
 def test_var_len_obs_and_goal_ppo(observations: tuple[int, int, int], discrete: bool) -> None:
-    num_visual, num_vector, num_var_len = observations
-    scene = GoalLine(
-        discrete=discrete,
-        seed=SEED,
-        num_visual=num_visual,
-        num_vector=num_vector,
-        num_var_len=num_var_len,
-        goal_indices=(0,),
-    )
+    scene = GoalLine(discrete=discrete, **_grid(observations))
     settings = evolve(
         "ppo", hyperparameters={"learning_rate": 3.0e-4}, network_settings={"goal_conditioning_type": "hyper"}
     )
     model = train_on(scene, BEHAVIOR, settings, SEED)
     extractor = model.policy.features_extractor
     assert extractor.attention is not None  # the entity lists are attended over
-    assert (extractor.conditioning is not None) == (
-        num_vector + num_visual > 0
-    )  # vector or image goals condition
+    num_visual, num_vector, _ = observations
+    assert (extractor.conditioning is not None) == (num_vector + num_visual > 0)  # vector or image goals
     assert processed_reward(scene.final_rewards) > THRESHOLD
 
 
@@ -148,16 +150,7 @@ def test_var_len_obs_sac(discrete: bool, num_var_len: int) -> None:
     "observations", OBSERVATIONS, ids=[f"vis{v}-vec{n}-var{e}" for v, n, e in OBSERVATIONS]
 )
 def test_var_len_obs_and_goal_poca(observations: tuple[int, int, int]) -> None:
-    num_visual, num_vector, num_var_len = observations
-    scene = GoalLineTeam(
-        2,
-        discrete=True,
-        seed=SEED,
-        num_visual=num_visual,
-        num_vector=num_vector,
-        num_var_len=num_var_len,
-        goal_indices=(0,),
-    )
+    scene = GoalLineTeam(2, discrete=True, **_grid(observations))
     settings = evolve(
         "poca",
         hyperparameters={"learning_rate": 3.0e-4},
@@ -254,17 +247,7 @@ def test_hybrid_visual_sac(num_visual: int, seed: int) -> None:
 @pytest.mark.slow
 def test_hybrid_recurrent_sac() -> None:
     scene = GoalLine(seed=1212, action_sizes=(1, 1), step_size=0.5, show_steps=2)
-    settings = evolve(
-        "sac",
-        hyperparameters={
-            "batch_size": 256,
-            "learning_rate": 3e-4,
-            "buffer_init_steps": 1000,
-            "steps_per_update": 2,
-        },
-        network_settings={"memory": {"memory_size": 16, "sequence_length": 16}},
-        max_steps=4000,
-    )
+    settings = evolve("sac", **RECURRENT_SAC)
     model = train_on(scene, BEHAVIOR, settings, 1212)
     assert model.policy.memory_size == 16
     assert processed_reward(scene.final_rewards) > THRESHOLD
