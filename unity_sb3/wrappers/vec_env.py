@@ -475,7 +475,9 @@ class UnityVecEnv(RestartMixin, InstancesMixin, VecEnv):
         self.closed = True
         self._close_instances()
 
-    def _close_instances(self, opened_only: bool = False) -> None:
+    def _close_instances(self, opened_only: bool = False, join: bool = True) -> None:
+        """Close the instances (only those this env opened, with ``opened_only``), then the thread pool;
+        ``join=False`` leaves its idle threads to exit by themselves."""
         for inst in self._instances:
             if opened_only and inst.source is None:
                 continue
@@ -484,7 +486,7 @@ class UnityVecEnv(RestartMixin, InstancesMixin, VecEnv):
             except Exception as exc:  # keep closing the others
                 warnings.warn(f"closing Unity worker {inst.worker_id} failed: {exc}", stacklevel=3)
         if self._pool is not None:
-            self._pool.shutdown(wait=True)
+            self._pool.shutdown(wait=join, cancel_futures=True)
             self._pool = None
 
     def _check_open(self) -> None:
@@ -498,5 +500,8 @@ class UnityVecEnv(RestartMixin, InstancesMixin, VecEnv):
 
     def __del__(self) -> None:
         if not getattr(self, "closed", True):
+            self.closed = True
+            # no join from a finalizer: a garbage collection can run it while this thread holds
+            # threading's internal lock, which joining takes again (a hang of the test suite)
             with contextlib.suppress(Exception):
-                self.close()
+                self._close_instances(join=False)
