@@ -65,6 +65,16 @@ def flat_action_space(action_space: spaces.Space) -> spaces.Space:
     return spaces.Box(-np.inf, np.inf, shape=(c + len(branches),), dtype=np.float32)
 
 
+def hybrid_policy_layout(action_space: spaces.Tuple, use_sde: bool) -> tuple[int, list[int]]:
+    """``(c, branches)`` of a hybrid action space, for an actor-critic policy built on its flat ``Box``.
+
+    :raises ValueError: for ``use_sde=True`` (gSDE is for ``Box`` actions).
+    """
+    if use_sde:
+        raise ValueError("use_sde=True is for Box actions; a hybrid policy explores with its Gaussian noise.")
+    return action_layout(action_space)
+
+
 def split_hybrid_actions(actions: np.ndarray, action_space: spaces.Tuple) -> tuple[np.ndarray, np.ndarray]:
     """Flat hybrid actions ``(n, c + k)`` -> the Tuple space's batch ``((n, c) float32 in the Box, (n, k) int64)``.
 
@@ -76,6 +86,15 @@ def split_hybrid_actions(actions: np.ndarray, action_space: spaces.Tuple) -> tup
     continuous = np.clip(actions[:, :c], box.low.reshape(-1), box.high.reshape(-1)).astype(np.float32)
     discrete = np.rint(actions[:, c:]).astype(np.int64)
     return continuous.reshape(-1, *box.shape), discrete
+
+
+def hybrid_predict_actions(
+    actions: np.ndarray, action_space: spaces.Tuple, vectorized: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """Flat hybrid actions ``(n, c + k)`` as ``predict`` returns them: :func:`split_hybrid_actions`,
+    without the batch axis for a single (not vectorized) observation."""
+    continuous, discrete = split_hybrid_actions(actions, action_space)
+    return (continuous, discrete) if vectorized else (continuous[0], discrete[0])
 
 
 def hybrid_env_actions(actions: np.ndarray, action_space: spaces.Tuple, env: Any) -> Any:

@@ -40,8 +40,8 @@ from unity_sb3.algorithms.distributions import (
     HybridDistribution,
     action_layout,
     flat_action_space,
+    hybrid_predict_actions,
     is_hybrid_space,
-    split_hybrid_actions,
 )
 from unity_sb3.algorithms.poca.networks import GroupCriticBody
 
@@ -288,8 +288,7 @@ class POCAPolicy(BasePolicy):
         """Sampled actions ``(n, *flat_action_shape)`` as ``predict`` returns them: the hybrid
         ``(continuous, discrete)`` pair, clipped boxes, the batch axis dropped for one observation."""
         if is_hybrid_space(self.action_space):
-            continuous, discrete = split_hybrid_actions(actions, self.action_space)  # type: ignore[arg-type]
-            return (continuous[0], discrete[0]) if not vectorized_env else (continuous, discrete)
+            return hybrid_predict_actions(actions, self.action_space, vectorized_env)  # type: ignore[arg-type]
         if isinstance(self.action_space, spaces.Box):
             actions = np.clip(actions, self.action_space.low, self.action_space.high)
         return actions if vectorized_env else actions.squeeze(axis=0)

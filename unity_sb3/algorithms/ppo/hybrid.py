@@ -24,10 +24,10 @@ from stable_baselines3.common.type_aliases import PyTorchObs
 
 from unity_sb3.algorithms.distributions import (
     HybridDistribution,
-    action_layout,
     flat_action_space,
+    hybrid_policy_layout,
+    hybrid_predict_actions,
     is_hybrid_space,
-    split_hybrid_actions,
 )
 
 Masks = th.Tensor | np.ndarray | None
@@ -52,11 +52,7 @@ class HybridActorCriticPolicy(ActorCriticPolicy):
                 f"HybridActorCriticPolicy takes a hybrid Tuple(Box, MultiDiscrete) action space, got {action_space}; "
                 "use 'MlpPolicy' for Box, Discrete or MultiDiscrete actions."
             )
-        if kwargs.get("use_sde"):
-            raise ValueError(
-                "use_sde=True is for Box actions; a hybrid policy explores with its Gaussian noise."
-            )
-        self.continuous_size, self.branches = action_layout(action_space)
+        self.continuous_size, self.branches = hybrid_policy_layout(action_space, kwargs.get("use_sde", False))
         # SB3 builds its distribution from the action space; it gets the flat Box here and
         # _build replaces the distribution with the hybrid one
         super().__init__(observation_space, flat_action_space(action_space), *args, **kwargs)
@@ -127,10 +123,7 @@ class HybridActorCriticPolicy(ActorCriticPolicy):
         obs_tensor, vectorized_env = self.obs_to_tensor(observation)
         with th.no_grad():
             actions = self._predict(obs_tensor, deterministic, action_masks).cpu().numpy()
-        continuous, discrete = split_hybrid_actions(actions, self.action_space)  # type: ignore[arg-type]
-        if not vectorized_env:
-            return (continuous[0], discrete[0]), state
-        return (continuous, discrete), state
+        return hybrid_predict_actions(actions, self.action_space, vectorized_env), state  # type: ignore[arg-type]
 
 
 class HybridCnnPolicy(HybridActorCriticPolicy):

@@ -32,10 +32,10 @@ from stable_baselines3.common.type_aliases import PyTorchObs
 
 from unity_sb3.algorithms.distributions import (
     HybridDistribution,
-    action_layout,
     flat_action_space,
+    hybrid_policy_layout,
+    hybrid_predict_actions,
     is_hybrid_space,
-    split_hybrid_actions,
 )
 from unity_sb3.networks.memory import (
     DEFAULT_MEMORY_SIZE,
@@ -70,11 +70,9 @@ class RecurrentActorCriticPolicy(ActorCriticPolicy):
         kwargs.setdefault("share_features_extractor", False)
         self.hybrid = is_hybrid_space(action_space)
         if self.hybrid:
-            if kwargs.get("use_sde"):
-                raise ValueError(
-                    "use_sde=True is for Box actions; a hybrid policy explores with its Gaussian noise."
-                )
-            self.continuous_size, self.branches = action_layout(action_space)
+            self.continuous_size, self.branches = hybrid_policy_layout(
+                action_space, kwargs.get("use_sde", False)
+            )
             # SB3 builds its distribution from the flat Box; _build replaces it with the hybrid one
             super().__init__(observation_space, flat_action_space(action_space), *args, **kwargs)
             self.action_space = action_space
@@ -228,10 +226,7 @@ class RecurrentActorCriticPolicy(ActorCriticPolicy):
             actions, memories = self._predict(obs_tensor, memories, starts, deterministic, action_masks)
         actions_np = actions.cpu().numpy().reshape((-1, *self.flat_action_shape))
         if self.hybrid:
-            continuous, discrete = split_hybrid_actions(actions_np, self.action_space)  # type: ignore[arg-type]
-            if not vectorized:
-                return (continuous[0], discrete[0]), memories.cpu().numpy()
-            return (continuous, discrete), memories.cpu().numpy()
+            return hybrid_predict_actions(actions_np, self.action_space, vectorized), memories.cpu().numpy()  # type: ignore[arg-type]
         if isinstance(self.action_space, spaces.Box):
             if self.squash_output:
                 actions_np = self.unscale_action(actions_np)
