@@ -34,9 +34,19 @@ SUCCESS_REWARD = 1.0 + (int(1.0 / 0.2) + 1) * TIME_PENALTY
 
 
 def observation_specs(
-    num_vector: int, num_visual: int, num_var_len: int, goal_indices: tuple[int, ...]
+    num_vector: int,
+    num_visual: int,
+    num_var_len: int,
+    goal_indices: tuple[int, ...],
+    plain: DimensionProperty = DimensionProperty.UNSPECIFIED,
 ) -> list[ObservationSpec]:
-    """Unity's ``create_observation_specs_with_shapes``: vectors, then images, then entity lists."""
+    """Unity's ``create_observation_specs_with_shapes``: vectors, then images, then entity lists.
+
+    The default (one vector of size 1, no goal) is the single ``"goal"`` observation with dimension
+    property ``plain``, as the scenes had it before they took the grid.
+    """
+    if (num_vector, num_visual, num_var_len) == (1, 0, 0) and not goal_indices:
+        return [ObservationSpec((1,), (plain,), ObservationType.DEFAULT, "goal")]
     shapes = [(1,)] * num_vector + [VIS_OBS_SIZE] * num_visual + [VAR_LEN_SIZE] * num_var_len
     specs = []
     for i, shape in enumerate(shapes):
@@ -98,21 +108,16 @@ class GoalLine(BaseEnv):
         self.discrete = self.discrete_size > 0
         self.step_size = step_size
         self.show_steps = show_steps
-        self.num_vector, self.num_visual, self.num_var_len = num_vector, num_visual, num_var_len
         self.success_reward = SUCCESS_REWARD
         action_spec = ActionSpec(self.continuous_size, (2,) * self.discrete_size)
-        self.spec = BehaviorSpec(self._observation_specs(goal_indices), action_spec)
+        specs = observation_specs(num_vector, num_visual, num_var_len, goal_indices, DimensionProperty.NONE)
+        self.spec = BehaviorSpec(specs, action_spec)
         self.random = random.Random(seed)
         self.agent_id = 0
         self.final_rewards: list[float] = []
         self._action: ActionTuple | None = None
         self._reset_agent()
         self._steps = self._batched(False, 0.0)
-
-    def _observation_specs(self, goal_indices: tuple[int, ...]) -> list[ObservationSpec]:
-        if (self.num_vector, self.num_visual, self.num_var_len) == (1, 0, 0) and not goal_indices:
-            return [ObservationSpec((1,), (DimensionProperty.NONE,), ObservationType.DEFAULT, "goal")]
-        return observation_specs(self.num_vector, self.num_visual, self.num_var_len, goal_indices)
 
     @property
     def behavior_specs(self) -> BehaviorMapping:
@@ -240,11 +245,9 @@ class GoalLineTeam(BaseEnv):
         self.step_size = step_size
         self.success_reward = SUCCESS_REWARD
         action_spec = ActionSpec.create_discrete((2,)) if discrete else ActionSpec.create_continuous(1)
-        if (num_vector, num_visual, num_var_len) == (1, 0, 0) and not goal_indices:
-            obs = [ObservationSpec((1,), (DimensionProperty.UNSPECIFIED,), ObservationType.DEFAULT, "goal")]
-        else:
-            obs = observation_specs(num_vector, num_visual, num_var_len, goal_indices)
-        self.spec = BehaviorSpec(obs, action_spec)
+        self.spec = BehaviorSpec(
+            observation_specs(num_vector, num_visual, num_var_len, goal_indices), action_spec
+        )
         sizes = (0, 1) if discrete else (1, 0)
         key = (
             _UNITY_SEED.format(
