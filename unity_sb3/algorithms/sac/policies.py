@@ -247,16 +247,19 @@ class BranchedCritic(BaseModel):
             self.add_module(f"qf{idx}", q_net)
             self.q_networks.append(q_net)
 
-    def q_values(self, obs: PyTorchObs, continuous: th.Tensor | None = None) -> tuple[th.Tensor, ...]:
+    def q_values(
+        self, obs: PyTorchObs, continuous: th.Tensor | None = None, n_critics: int | None = None
+    ) -> tuple[th.Tensor, ...]:
         """Q of every discrete action: one ``(B, n_heads, sum(branches))`` tensor per critic.
 
         :param continuous: ``(B, c)`` continuous actions (hybrid only).
+        :param n_critics: evaluate only the first ``n_critics`` critics (default: all).
         """
         with th.set_grad_enabled(not self.share_features_extractor):
             features = self.extract_features(obs, self.features_extractor)
         inputs = features if not self.continuous_size else th.cat([features, continuous], dim=1)  # type: ignore[list-item]
         size = sum(self.branches)
-        return tuple(q(inputs).reshape(len(inputs), -1, size) for q in self.q_networks)
+        return tuple(q(inputs).reshape(len(inputs), -1, size) for q in self.q_networks[:n_critics])
 
     def forward(self, obs: PyTorchObs, actions: th.Tensor) -> tuple[th.Tensor, ...]:
         """Q of taken actions (buffer layout): one ``(B, n_heads)`` tensor per critic."""
