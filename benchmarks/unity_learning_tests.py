@@ -21,7 +21,8 @@ skips that).
         --mlagents-src /tmp/mla_src --cases recurrent_sac-continuous hybrid_visual_ppo-1 --seeds 1337 0 1 2
 
 Without ``--mlagents-python`` only this project's side runs. Writes
-``benchmarks/results/unity_learning_tests.json``.
+``benchmarks/results/unity_learning_tests.json`` (``--name`` picks another stem, so that invocations
+run side by side do not overwrite each other's runs).
 """
 
 from __future__ import annotations
@@ -353,6 +354,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--unity-seed", action="store_true", help="also run each case's own Unity seed")
     parser.add_argument("--list", action="store_true", help="print the case names and exit")
     parser.add_argument("--skip-check-env", action="store_true", help="do not compare the scenes first")
+    parser.add_argument(
+        "--name",
+        default="unity_learning_tests",
+        help="results file stem: benchmarks/results/<name>.json (give each parallel invocation its own)",
+    )
     parser.add_argument("--worker", choices=["mlagents", "ours", "check-env"], help=argparse.SUPPRESS)
     parser.add_argument("--case", help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
@@ -416,7 +422,7 @@ def main(argv: list[str] | None = None) -> None:
         rows.append(row)
     print_table(rows, list(rows[0]), title=f"Unity's learning tests, seeds {args.seeds}")
     path = write_results(
-        "unity_learning_tests", rows, seeds=args.seeds, runs=runs, unity_sb3=_git_head(), env_check=env_check
+        args.name, rows, seeds=args.seeds, runs=runs, unity_sb3=_git_head(), env_check=env_check
     )
     print(f"wrote {path}")
 
