@@ -67,6 +67,16 @@ def test_log_prob_is_the_gaussian_plus_every_branch():
     th.testing.assert_close(dist.entropy(), entropy)
 
 
+def test_log_prob_parts_are_each_dimension_then_each_branch_and_sum_to_log_prob():
+    dist, out, log_std = _dist()
+    actions = dist.sample()
+    parts = dist.log_prob_parts(actions)
+    assert parts.shape == (4, 2 + 2)
+    th.testing.assert_close(parts[:, :2], Normal(out[:, :2], log_std.exp()).log_prob(actions[:, :2]))
+    th.testing.assert_close(parts[:, 3], Categorical(logits=out[:, 5:7]).log_prob(actions[:, 3].long()))
+    th.testing.assert_close(parts.sum(1), dist.log_prob(actions))
+
+
 def test_masked_actions_are_never_sampled_and_the_mode_respects_masks():
     masks = np.ones((4, 5), dtype=bool)
     masks[:, 0] = masks[:, 1] = False  # branch 0: only action 2 allowed

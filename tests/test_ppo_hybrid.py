@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import zipfile
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -98,6 +100,39 @@ def test_env_masks_reach_the_actions_and_the_buffer_and_training():
         )
         _, unmasked, _ = model.policy.evaluate_actions(sample.observations, sample.actions)
     assert (log_prob > unmasked).all()
+
+
+def test_the_ratio_is_per_dimension_and_branch_against_the_policy_that_collected(monkeypatch, tmp_path):
+    """ML-Agents' PPO clips one ratio per action dimension and branch; the old parts come from a frozen
+    copy whose joint log-probability is the one stored at collection."""
+    env = DummyVecEnv([MaskedHybridEnv, MaskedHybridEnv])
+    model = PPO("MlpPolicy", env, n_steps=16, batch_size=16, n_epochs=2, seed=1)
+    checked, ratios = [], []
+    original_before, original_parts = model._policy_before_update, model._log_prob_parts
+
+    def before():
+        frozen = original_before()
+        sample = next(model.rollout_buffer.get(16))
+        with th.no_grad():
+            _, joint, _ = frozen.evaluate_actions(sample.observations, sample.actions, sample.action_masks)
+        checked.append(th.allclose(joint, sample.old_log_prob, atol=1e-5))
+        return frozen
+
+    def parts(policy, data):
+        out = original_parts(policy, data)
+        if policy is model.policy:
+            ratios.append(out.shape)
+        return out
+
+    monkeypatch.setattr(model, "_policy_before_update", before)
+    monkeypatch.setattr(model, "_log_prob_parts", parts)
+    model.learn(64)
+    assert checked and all(checked)
+    assert ratios and all(shape == (16, 2 + 2) for shape in ratios)
+    assert not any(p.requires_grad for p in model._frozen_policy.parameters())
+    model.save(tmp_path / "m.zip")
+    with zipfile.ZipFile(tmp_path / "m.zip") as saved:
+        assert "_frozen_policy" not in saved.read("data").decode()
 
 
 def test_dict_observations_take_the_multi_input_variant():

@@ -206,6 +206,16 @@ class HybridDistribution(DiagGaussianDistribution):
             total = total + categorical.log_prob(discrete[:, i])
         return total
 
+    def log_prob_parts(self, actions: th.Tensor) -> th.Tensor:
+        """``(B, c + k)``: each continuous dimension's log-density, then each branch's log-probability.
+
+        Their sum over the last axis is :meth:`log_prob`. ML-Agents' PPO takes one ratio per part.
+
+        :param actions: ``(B, c + k)`` in the buffer's layout.
+        """
+        continuous, discrete = self._split(actions)
+        return th.cat([self.distribution.log_prob(continuous), self.discrete_log_probs(discrete)], dim=1)
+
     def discrete_log_probs(self, discrete: th.Tensor) -> th.Tensor:
         """``(B, k)``: each branch's log-probability of the given branch indices ``(B, k)``."""
         return th.stack(

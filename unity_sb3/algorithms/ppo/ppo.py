@@ -47,7 +47,9 @@ take :class:`~unity_sb3.algorithms.ppo.hybrid.HybridActorCriticPolicy` (``"MlpPo
 ``"CnnPolicy"`` and ``"MultiInputPolicy"`` name its variants then): ML-Agents' hybrid action model,
 a Gaussian head and one categorical per branch, with the env's action masks on the branches
 (``env_method("action_masks")``, sb3-contrib's convention). The rollout buffer stores each action
-flat, ``(c + k,)``, with its masks; hybrid actions always take the signal path.
+flat, ``(c + k,)``, with its masks; hybrid actions always take the signal path. As ML-Agents' PPO,
+the clipped objective then takes one ratio per continuous dimension and branch and averages them
+(SB3 takes one joint ratio per action, which Box and MultiDiscrete actions keep).
 
 ``behavioral_cloning``: see :func:`unity_sb3.algorithms.mixin.make_bc_module`; PPO calls the BC
 module's ``update()`` once after each policy update (as ML-Agents) and logs under
@@ -60,6 +62,7 @@ is in :mod:`unity_sb3.algorithms.ppo.rollouts`.
 
 from __future__ import annotations
 
+import copy
 from collections import defaultdict
 from typing import Any
 
@@ -78,7 +81,7 @@ from stable_baselines3.common.type_aliases import Schedule
 from stable_baselines3.common.utils import explained_variance
 from torch import nn
 
-from unity_sb3.algorithms.distributions import flat_action_space, is_hybrid_space
+from unity_sb3.algorithms.distributions import HybridDistribution, flat_action_space, is_hybrid_space
 from unity_sb3.algorithms.mixin import SignalsAndBCMixin, log_stats
 from unity_sb3.algorithms.ppo.buffers import SignalRolloutBuffer, SignalRolloutBufferSamples
 from unity_sb3.algorithms.ppo.hybrid import (
@@ -223,6 +226,7 @@ class PPO(SignalsAndBCMixin, SignalRolloutsMixin, SB3PPO, _OpenActionSpaces):
         return policy_class
 
     def _setup_model(self) -> None:
+        self._frozen_policy: HybridActorCriticPolicy | None = None
         hybrid = isinstance(self.action_space, spaces.Tuple)
         if hybrid:
             self._use_hybrid_classes()
@@ -288,6 +292,38 @@ class PPO(SignalsAndBCMixin, SignalRolloutsMixin, SB3PPO, _OpenActionSpaces):
             return self.policy.evaluate_actions(data.observations, actions, action_masks=data.action_masks)
         return self.policy.evaluate_actions(data.observations, actions)
 
+    def _excluded_save_params(self) -> list[str]:
+        return [*super()._excluded_save_params(), "_frozen_policy"]
+
+    def _policy_before_update(self) -> HybridActorCriticPolicy:
+        """A frozen copy of the policy as it collected the rollout (kept between updates, weights refreshed).
+
+        A hybrid policy's PPO ratio is taken per action dimension and branch; the buffer keeps only the
+        joint old log-probability, so the parts come from this copy (one extra forward per minibatch).
+        """
+        frozen = self._frozen_policy
+        if frozen is None:
+            frozen = copy.deepcopy(self.policy)
+            frozen.optimizer = None
+            frozen.requires_grad_(False)
+            self._frozen_policy = frozen
+        frozen.load_state_dict(self.policy.state_dict())
+        frozen.set_training_mode(self.policy.training)
+        return frozen
+
+    def _log_prob_parts(self, policy: HybridActorCriticPolicy, data: SignalRolloutBufferSamples) -> th.Tensor:
+        """``(B, c + k)`` log-probabilities of a minibatch's actions under ``policy``, per dimension and branch.
+
+        For the policy being trained this reuses the distribution :meth:`_evaluate_minibatch` just set.
+        """
+        if policy is self.policy:
+            distribution = policy.action_dist
+        else:
+            with th.no_grad():
+                distribution = policy.get_distribution(data.observations, data.action_masks)
+        assert isinstance(distribution, HybridDistribution)
+        return distribution.log_prob_parts(data.actions)
+
     def _train_with_signals(self) -> None:
         assert self.signals is not None
         self.policy.set_training_mode(True)
@@ -297,6 +333,9 @@ class PPO(SignalsAndBCMixin, SignalRolloutsMixin, SB3PPO, _OpenActionSpaces):
         if self.clip_range_vf is not None:
             clip_range_vf = self.clip_range_vf(self._current_progress_remaining)
 
+        old_policy = (
+            self._policy_before_update() if isinstance(self.policy, HybridActorCriticPolicy) else None
+        )
         entropy_losses, pg_losses, value_losses, clip_fractions = [], [], [], []
         head_value_losses: dict[str, list[float]] = defaultdict(list)
         signal_stats: dict[str, dict[str, list[float]]] = {name: defaultdict(list) for name in self.signals}
@@ -311,7 +350,13 @@ class PPO(SignalsAndBCMixin, SignalRolloutsMixin, SB3PPO, _OpenActionSpaces):
                 advantages = data.advantages
                 if self.normalize_advantage and len(advantages) > 1:
                     advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-                ratio = th.exp(log_prob - data.old_log_prob)
+                if old_policy is None:
+                    ratio = th.exp(log_prob - data.old_log_prob)
+                else:  # one ratio per action dimension and branch (B, c + k), as ML-Agents' PPO
+                    ratio = th.exp(
+                        self._log_prob_parts(self.policy, data) - self._log_prob_parts(old_policy, data)
+                    )
+                    advantages = advantages.reshape(-1, 1)
                 policy_loss_1 = advantages * ratio
                 policy_loss_2 = advantages * th.clamp(ratio, 1 - clip_range, 1 + clip_range)
                 policy_loss = -th.min(policy_loss_1, policy_loss_2).mean()
