@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import zipfile
-
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -12,6 +10,7 @@ from gymnasium import spaces
 from stable_baselines3.common.vec_env import DummyVecEnv, VecMonitor
 
 from unity_sb3.algorithms.distributions import HybridDistribution
+from unity_sb3.algorithms.ppo.buffers import SignalRolloutBuffer
 from unity_sb3.algorithms.ppo.hybrid import HybridActorCriticPolicy, HybridMultiInputPolicy
 from unity_sb3.algorithms.ppo.ppo import PPO
 from unity_sb3.scenes import make_scene
@@ -102,37 +101,34 @@ def test_env_masks_reach_the_actions_and_the_buffer_and_training():
     assert (log_prob > unmasked).all()
 
 
-def test_the_ratio_is_per_dimension_and_branch_against_the_policy_that_collected(monkeypatch, tmp_path):
-    """ML-Agents' PPO clips one ratio per action dimension and branch; the old parts come from a frozen
-    copy whose joint log-probability is the one stored at collection."""
+def test_the_buffer_keeps_log_probabilities_per_dimension_and_branch_for_a_per_part_ratio(monkeypatch):
+    """ML-Agents' PPO clips one ratio per action dimension and branch: the buffer keeps each action's
+    log-probability per part (their sum is the joint one), as the collecting policy gave them."""
     env = DummyVecEnv([MaskedHybridEnv, MaskedHybridEnv])
     model = PPO("MlpPolicy", env, n_steps=16, batch_size=16, n_epochs=2, seed=1)
-    checked, ratios = [], []
-    original_before, original_parts = model._policy_before_update, model._log_prob_parts
+    checked = []
+    original_train = model.train
 
-    def before():
-        frozen = original_before()
+    def train():
         sample = next(model.rollout_buffer.get(16))
-        with th.no_grad():
-            _, joint, _ = frozen.evaluate_actions(sample.observations, sample.actions, sample.action_masks)
-        checked.append(th.allclose(joint, sample.old_log_prob, atol=1e-5))
-        return frozen
+        assert sample.old_log_prob_parts is not None and sample.old_log_prob_parts.shape == (16, 2 + 2)
+        th.testing.assert_close(sample.old_log_prob_parts.sum(1), sample.old_log_prob)
+        with th.no_grad():  # the policy has not changed since it collected: ratio 1 in every part
+            model.policy.evaluate_actions(sample.observations, sample.actions, sample.action_masks)
+            parts = model.policy.action_dist.log_prob_parts(sample.actions)
+        th.testing.assert_close(parts, sample.old_log_prob_parts, atol=1e-5, rtol=1e-5)
+        checked.append(True)
+        original_train()
 
-    def parts(policy, data):
-        out = original_parts(policy, data)
-        if policy is model.policy:
-            ratios.append(out.shape)
-        return out
-
-    monkeypatch.setattr(model, "_policy_before_update", before)
-    monkeypatch.setattr(model, "_log_prob_parts", parts)
+    monkeypatch.setattr(model, "train", train)
     model.learn(64)
-    assert checked and all(checked)
-    assert ratios and all(shape == (16, 2 + 2) for shape in ratios)
-    assert not any(p.requires_grad for p in model._frozen_policy.parameters())
-    model.save(tmp_path / "m.zip")
-    with zipfile.ZipFile(tmp_path / "m.zip") as saved:
-        assert "_frozen_policy" not in saved.read("data").decode()
+    assert len(checked) == 2
+    assert np.isfinite(model.logger.name_to_value["train/clip_fraction"])
+
+
+def test_a_buffer_of_non_hybrid_actions_refuses_log_prob_parts():
+    with pytest.raises(ValueError, match="hybrid"):
+        SignalRolloutBuffer(4, spaces.Box(-1, 1, (1,)), spaces.Box(-1, 1, (2,)), log_prob_parts=True)
 
 
 def test_dict_observations_take_the_multi_input_variant():

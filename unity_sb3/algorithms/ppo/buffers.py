@@ -26,6 +26,7 @@ class SignalRolloutBufferSamples(NamedTuple):
     dones: th.Tensor
     action_masks: th.Tensor | None = None  # (batch, sum(branches)) True = allowed, hybrid actions only
     sequences: Any = None  # the minibatch as padded sequences, recurrent PPO only
+    old_log_prob_parts: th.Tensor | None = None  # (batch, c + k) per dimension and branch, hybrid PPO only
 
 
 class SignalRolloutBuffer(BaseBuffer):
@@ -40,6 +41,9 @@ class SignalRolloutBuffer(BaseBuffer):
     :param gammas: discount of each head, ``(n_heads,)``.
     :param ignore_done: per head, whether it bootstraps through episode ends.
     :param n_envs: number of environment slots.
+    :param log_prob_parts: also keep each action's log-probability per continuous dimension and branch,
+        ``(c + k,)`` (hybrid actions only: what ML-Agents' per-dimension PPO ratio needs); ``add`` then
+        takes them instead of the joint log-probability, which is their sum.
     """
 
     def __init__(
@@ -52,11 +56,16 @@ class SignalRolloutBuffer(BaseBuffer):
         gammas: Sequence[float] = (0.99,),
         ignore_done: Sequence[bool] = (False,),
         n_envs: int = 1,
+        log_prob_parts: bool = False,
     ) -> None:
-        self.mask_dim = int(sum(action_layout(action_space)[1])) if is_hybrid_space(action_space) else 0
+        hybrid = is_hybrid_space(action_space)
+        if log_prob_parts and not hybrid:
+            raise ValueError(f"log_prob_parts needs a hybrid action space, got {action_space}")
+        self.mask_dim = int(sum(action_layout(action_space)[1])) if hybrid else 0
         super().__init__(
             buffer_size, observation_space, flat_action_space(action_space), device, n_envs=n_envs
         )
+        self.parts_dim = self.action_dim if log_prob_parts else 0
         self.gae_lambda = gae_lambda
         self.gammas = np.asarray(gammas, dtype=np.float32)
         self.ignore_done = np.asarray(ignore_done, dtype=bool)
@@ -89,6 +98,7 @@ class SignalRolloutBuffer(BaseBuffer):
         self.chunk_ends = np.zeros((t, n), dtype=bool)
         self.values = np.zeros((t, n, k), dtype=np.float32)
         self.log_probs = np.zeros((t, n), dtype=np.float32)
+        self.log_prob_parts = np.zeros((t, n, self.parts_dim), dtype=np.float32)
         self.head_advantages = np.zeros((t, n, k), dtype=np.float32)
         self.advantages = np.zeros((t, n), dtype=np.float32)
         self.returns = np.zeros((t, n, k), dtype=np.float32)
@@ -120,7 +130,8 @@ class SignalRolloutBuffer(BaseBuffer):
         """Store one step of every slot. ``value``/``terminal_values`` are ``(n_envs, n_heads)``;
         ``chunk_end`` ``(n_envs,)`` marks steps that end a trajectory chunk (ML-Agents' ``time_horizon``):
         GAE does not look past them and bootstraps from the next value. ``action_masks``
-        ``(n_envs, sum(branches))`` (hybrid actions; None = all allowed) are the masks the actions were drawn under."""
+        ``(n_envs, sum(branches))`` (hybrid actions; None = all allowed) are the masks the actions were drawn under.
+        ``log_prob`` is ``(n_envs,)``, or ``(n_envs, c + k)`` per dimension and branch with ``log_prob_parts``."""
         p = self.pos
         self._set_obs(self.observations, p, obs)
         self._set_obs(self.next_observations, p, next_obs)
@@ -137,7 +148,11 @@ class SignalRolloutBuffer(BaseBuffer):
                 True if action_masks is None else np.reshape(action_masks, (self.n_envs, -1))
             )
         self.values[p] = value.detach().cpu().numpy().reshape(self.n_envs, self.n_heads)
-        self.log_probs[p] = log_prob.detach().cpu().numpy().reshape(self.n_envs)
+        log_prob_array = log_prob.detach().cpu().numpy()
+        if self.parts_dim:
+            self.log_prob_parts[p] = log_prob_array.reshape(self.n_envs, self.parts_dim)
+            log_prob_array = self.log_prob_parts[p].sum(axis=1)
+        self.log_probs[p] = log_prob_array.reshape(self.n_envs)
         self.pos += 1
         if self.pos == self.buffer_size:
             self.full = True
@@ -220,6 +235,7 @@ class SignalRolloutBuffer(BaseBuffer):
             returns=take(self.returns),
             dones=take(self.dones.astype(np.float32)),
             action_masks=take(self.action_masks) if self.mask_dim else None,
+            old_log_prob_parts=take(self.log_prob_parts) if self.parts_dim else None,
         )
 
 

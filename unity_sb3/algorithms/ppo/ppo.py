@@ -62,7 +62,6 @@ is in :mod:`unity_sb3.algorithms.ppo.rollouts`.
 
 from __future__ import annotations
 
-import copy
 from collections import defaultdict
 from typing import Any
 
@@ -226,7 +225,6 @@ class PPO(SignalsAndBCMixin, SignalRolloutsMixin, SB3PPO, _OpenActionSpaces):
         return policy_class
 
     def _setup_model(self) -> None:
-        self._frozen_policy: HybridActorCriticPolicy | None = None
         hybrid = isinstance(self.action_space, spaces.Tuple)
         if hybrid:
             self._use_hybrid_classes()
@@ -247,6 +245,7 @@ class PPO(SignalsAndBCMixin, SignalRolloutsMixin, SB3PPO, _OpenActionSpaces):
                 gammas=[parsed[name]["gamma"] for name in self._heads],
                 ignore_done=[name in self.signals and self.signals[name].ignore_done for name in self._heads],
                 n_envs=self.n_envs,
+                log_prob_parts=hybrid,
             )
         self._setup_bc()
 
@@ -292,37 +291,15 @@ class PPO(SignalsAndBCMixin, SignalRolloutsMixin, SB3PPO, _OpenActionSpaces):
             return self.policy.evaluate_actions(data.observations, actions, action_masks=data.action_masks)
         return self.policy.evaluate_actions(data.observations, actions)
 
-    def _excluded_save_params(self) -> list[str]:
-        return [*super()._excluded_save_params(), "_frozen_policy"]
-
-    def _policy_before_update(self) -> HybridActorCriticPolicy:
-        """A frozen copy of the policy as it collected the rollout (kept between updates, weights refreshed).
-
-        A hybrid policy's PPO ratio is taken per action dimension and branch; the buffer keeps only the
-        joint old log-probability, so the parts come from this copy (one extra forward per minibatch).
-        """
-        frozen = self._frozen_policy
-        if frozen is None:
-            frozen = copy.deepcopy(self.policy)
-            frozen.optimizer = None
-            frozen.requires_grad_(False)
-            self._frozen_policy = frozen
-        frozen.load_state_dict(self.policy.state_dict())
-        frozen.set_training_mode(self.policy.training)
-        return frozen
-
-    def _log_prob_parts(self, policy: HybridActorCriticPolicy, data: SignalRolloutBufferSamples) -> th.Tensor:
-        """``(B, c + k)`` log-probabilities of a minibatch's actions under ``policy``, per dimension and branch.
-
-        For the policy being trained this reuses the distribution :meth:`_evaluate_minibatch` just set.
-        """
-        if policy is self.policy:
-            distribution = policy.action_dist
-        else:
-            with th.no_grad():
-                distribution = policy.get_distribution(data.observations, data.action_masks)
-        assert isinstance(distribution, HybridDistribution)
-        return distribution.log_prob_parts(data.actions)
+    def _act(self, obs: Any, action_masks: np.ndarray | None) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
+        """:meth:`SignalRolloutsMixin._act`; a hybrid policy's log-probabilities per dimension and branch
+        ``(n_envs, c + k)`` (the buffer keeps them and their sum)."""
+        actions, values, log_probs = super()._act(obs, action_masks)
+        if isinstance(self.policy, HybridActorCriticPolicy):
+            distribution = self.policy.action_dist
+            assert isinstance(distribution, HybridDistribution)
+            log_probs = distribution.log_prob_parts(actions)
+        return actions, values, log_probs
 
     def _train_with_signals(self) -> None:
         assert self.signals is not None
@@ -333,9 +310,6 @@ class PPO(SignalsAndBCMixin, SignalRolloutsMixin, SB3PPO, _OpenActionSpaces):
         if self.clip_range_vf is not None:
             clip_range_vf = self.clip_range_vf(self._current_progress_remaining)
 
-        old_policy = (
-            self._policy_before_update() if isinstance(self.policy, HybridActorCriticPolicy) else None
-        )
         entropy_losses, pg_losses, value_losses, clip_fractions = [], [], [], []
         head_value_losses: dict[str, list[float]] = defaultdict(list)
         signal_stats: dict[str, dict[str, list[float]]] = {name: defaultdict(list) for name in self.signals}
@@ -350,12 +324,12 @@ class PPO(SignalsAndBCMixin, SignalRolloutsMixin, SB3PPO, _OpenActionSpaces):
                 advantages = data.advantages
                 if self.normalize_advantage and len(advantages) > 1:
                     advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-                if old_policy is None:
+                if data.old_log_prob_parts is None:
                     ratio = th.exp(log_prob - data.old_log_prob)
                 else:  # one ratio per action dimension and branch (B, c + k), as ML-Agents' PPO
-                    ratio = th.exp(
-                        self._log_prob_parts(self.policy, data) - self._log_prob_parts(old_policy, data)
-                    )
+                    distribution = self.policy.action_dist  # set by _evaluate_minibatch
+                    assert isinstance(distribution, HybridDistribution)
+                    ratio = th.exp(distribution.log_prob_parts(data.actions) - data.old_log_prob_parts)
                     advantages = advantages.reshape(-1, 1)
                 policy_loss_1 = advantages * ratio
                 policy_loss_2 = advantages * th.clamp(ratio, 1 - clip_range, 1 + clip_range)
