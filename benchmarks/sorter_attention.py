@@ -60,6 +60,7 @@ from _curves import EpisodeRecorder, run_tasks, windowed_mean
 
 from unity_sb3 import PPO, UnityVecEnv, open_unity
 from unity_sb3.callbacks.curriculum import mlagents_callbacks
+from unity_sb3.config.model_args import resolve_schedule
 from unity_sb3.networks.extractors import UnityMultiInputExtractor
 from unity_sb3.scenes import make_scene
 from unity_sb3.unity.parameters import EnvironmentParameters
@@ -103,7 +104,8 @@ def parse_settings(pairs: list[str]) -> dict[str, Any]:
     """``["batch_size=128", "learning_rate=lin_3e-4"]`` -> PPO keyword arguments.
 
     Values are Python literals; ``lin_<x>`` is a schedule falling linearly from ``x`` to 0 over the
-    run (rl-zoo's notation; ML-Agents' ``learning_rate_schedule: linear``).
+    run and ``lin_<x>_<y>`` from ``x`` to ``y`` (rl-zoo's notation, what the ML-Agents YAML mapping
+    writes for ``learning_rate_schedule: linear``).
     """
     settings: dict[str, Any] = {}
     for pair in pairs:
@@ -111,18 +113,13 @@ def parse_settings(pairs: list[str]) -> dict[str, Any]:
         if not sep or not key:
             raise SystemExit(f"--set takes key=value, got {pair!r}")
         if value.startswith("lin_"):
-            settings[key] = linear_schedule(float(value[4:]))
+            settings[key] = resolve_schedule(value)
             continue
         try:
             settings[key] = ast.literal_eval(value)
         except (ValueError, SyntaxError):
             settings[key] = value
     return settings
-
-
-def linear_schedule(start: float):
-    """SB3 schedule: ``start`` at the beginning of training, 0 at the end (progress_remaining 1 -> 0)."""
-    return lambda progress_remaining: progress_remaining * start
 
 
 class _GroupScaledAdam(th.optim.Adam):
@@ -259,11 +256,13 @@ def run(
     activation: str = "tanh",
     extractor_lr_scale: float = 1.0,
     curriculum: str | None = None,
+    save_as: str | None = None,
 ) -> dict[str, Any]:
     """One training run; ``overrides`` are ``--set``'s ``key=value`` strings (parsed here, in the worker).
 
     :param curriculum: an ML-Agents trainer YAML whose ``environment_parameters`` (a ``num_tiles``
         curriculum) replace ``num_tiles``; run as ``unity-sb3 train --config`` runs them.
+    :param save_as: where to save the trained model (``model.save``), or None.
     """
     th.set_num_threads(1)
     callbacks: list[BaseCallback] = []
@@ -290,6 +289,8 @@ def run(
     model.learn(steps, callback=[*callbacks, recorder])
     elapsed = time.perf_counter() - start
     env.close()
+    if save_as is not None:
+        model.save(save_as)
     tail = [r for t, r in recorder.episodes if t > 0.8 * steps]
     row = {
         "encoder": encoder,
@@ -423,6 +424,9 @@ def main(argv: list[str] | None = None) -> None:
         help="only print the expert and random returns at 1-N tiles for each N, and exit",
     )
     parser.add_argument("--name", default=None, help="results file name (default from --num-tiles)")
+    parser.add_argument(
+        "--save-dir", default=None, help="save each trained model there as sorter_<encoder>_s<seed>.zip"
+    )
     args = parser.parse_args(argv)
     if args.references:
         for n in args.references:
@@ -450,6 +454,7 @@ def main(argv: list[str] | None = None) -> None:
             args.activation,
             args.extractor_lr_scale,
             args.curriculum,
+            None if args.save_dir is None else str(Path(args.save_dir) / f"sorter_{encoder}_s{seed}.zip"),
         )
         for encoder in args.encoders
         for seed in args.seeds

@@ -30,7 +30,6 @@ from typing import Any, ClassVar, TypeVar
 import numpy as np
 import torch as th
 from gymnasium import spaces
-from sb3_contrib.common.maskable.utils import get_action_masks, is_masking_supported
 from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
@@ -46,6 +45,7 @@ from stable_baselines3.common.utils import (
 from stable_baselines3.common.vec_env import VecEnv, VecEnvWrapper, VecNormalize
 from torch.nn import functional as F
 
+from unity_sb3.algorithms.action_masks import MaskReader, mask_reader
 from unity_sb3.algorithms.distributions import hybrid_env_actions
 from unity_sb3.algorithms.poca.buffers import POCARolloutBuffer
 from unity_sb3.algorithms.poca.networks import GroupCriticBody
@@ -346,23 +346,11 @@ class POCA(OnPolicyAlgorithm):
             pass
         return [0] * env.num_envs
 
-    def _action_masks(self, env: VecEnv) -> np.ndarray | None:
+    def _mask_reader(self, env: VecEnv) -> MaskReader | None:
+        """What gives ``env``'s masks during one rollout, looked up once (None: no masks to apply)."""
         if not self.use_masking or isinstance(self.action_space, spaces.Box):
             return None
-        if not is_masking_supported(env):
-            return None
-        return np.asarray(get_action_masks(env), dtype=bool).reshape(env.num_envs, -1)
-
-    def _mask_reader(self, env: VecEnv) -> Any:
-        """What :meth:`_action_masks` reads for ``env`` during one rollout, looked up once: None (no
-        masks), a copy of the env's own ``action_masks()`` when its class has one (a ``UnityVecEnv``:
-        the same array sb3-contrib's per-slot ``env_method`` path stacks), else that path."""
-        if self._action_masks(env) is None:
-            return None
-        if callable(getattr(type(env), "action_masks", None)):
-            n = env.num_envs
-            return lambda: np.array(env.action_masks(), dtype=bool).reshape(n, -1)  # type: ignore[attr-defined]
-        return lambda: self._action_masks(env)
+        return mask_reader(env)
 
     def collect_rollouts(
         self,

@@ -15,11 +15,11 @@ from typing import Any
 import numpy as np
 import torch as th
 from gymnasium import spaces
-from sb3_contrib.common.maskable.utils import get_action_masks, is_masking_supported
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.utils import obs_as_tensor
 from stable_baselines3.common.vec_env import VecEnv
 
+from unity_sb3.algorithms.action_masks import mask_reader
 from unity_sb3.algorithms.distributions import hybrid_env_actions, is_hybrid_space
 from unity_sb3.algorithms.ppo.buffers import (
     REWARD_CHUNK,
@@ -79,7 +79,7 @@ class SignalRolloutsMixin:
         # step index of an active step whose next observation is still a placeholder, per slot
         pending = np.full(env.num_envs, -1, dtype=np.int64)
         hybrid = is_hybrid_space(self.action_space)
-        masking = hybrid and is_masking_supported(env)
+        read_masks = mask_reader(env) if hybrid else None
         action_masks = None
         callback.on_rollout_start()
 
@@ -89,7 +89,7 @@ class SignalRolloutsMixin:
             with th.no_grad():
                 obs_tensor = obs_as_tensor(self._last_obs, self.device)
                 if hybrid:
-                    action_masks = get_action_masks(env).reshape(env.num_envs, -1) if masking else None
+                    action_masks = read_masks() if read_masks is not None else None
                 actions, values, log_probs = self._act(obs_tensor, action_masks)
             actions = actions.cpu().numpy()
             clipped_actions = actions

@@ -280,6 +280,7 @@ class SAC(BranchedTrainingMixin, SignalsAndBCMixin, SB3SAC, _OpenActionSpaces):
             "_episodic",
             "_last_masks",
             "_next_masks",
+            "_mask_source",
             "_target_entropy_tensor",
             "_memories",
             "_episode_starts",
