@@ -257,23 +257,28 @@ def run(
     extractor_lr_scale: float = 1.0,
     curriculum: str | None = None,
     save_as: str | None = None,
+    scene_params: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """One training run; ``overrides`` are ``--set``'s ``key=value`` strings (parsed here, in the worker).
 
     :param curriculum: an ML-Agents trainer YAML whose ``environment_parameters`` (a ``num_tiles``
         curriculum) replace ``num_tiles``; run as ``unity-sb3 train --config`` runs them.
     :param save_as: where to save the trained model (``model.save``), or None.
+    :param scene_params: more parameters of the Sorter scene (e.g. ``max_steps``).
     """
+    scene_params = scene_params or {}
     th.set_num_threads(1)
     callbacks: list[BaseCallback] = []
     lessons: _LessonRecorder | None = None
     if curriculum is None:
-        env = VecMonitor(UnityVecEnv(make_scene("Sorter", seed=seed, num_tiles=num_tiles)))
+        env = VecMonitor(UnityVecEnv(make_scene("Sorter", seed=seed, num_tiles=num_tiles, **scene_params)))
     else:
         # as unity_sb3.run: the instance is opened with the parameters, and mlagents_callbacks
         # gives the CurriculumCallback that advances these same parameters
         params = EnvironmentParameters(load_curriculum(curriculum), seed=seed)
-        env = VecMonitor(UnityVecEnv(open_unity("Sorter", seed=seed, environment_parameters=params)))
+        env = VecMonitor(
+            UnityVecEnv(open_unity("Sorter", seed=seed, environment_parameters=params, **scene_params))
+        )
         callbacks = mlagents_callbacks({"environment_parameters": params}, "Sorter")
         lessons = _LessonRecorder(params)
         callbacks.append(lessons)
@@ -313,12 +318,19 @@ def run(
     return row
 
 
-def reference_returns(num_tiles: int, policy: str, decisions: int = 3000, seed: int = 0) -> tuple[float, int]:
+def reference_returns(
+    num_tiles: int,
+    policy: str,
+    decisions: int = 3000,
+    seed: int = 0,
+    scene_params: dict[str, Any] | None = None,
+) -> tuple[float, int]:
     """Mean return of the episodes that end within ``decisions`` of the 8-arena scene, and their count.
 
     :param policy: ``"expert"`` (the scene's ``expert_actions``) or ``"random"`` (uniform actions).
+    :param scene_params: more parameters of the Sorter scene.
     """
-    env = make_scene("Sorter", seed=seed, num_tiles=num_tiles)
+    env = make_scene("Sorter", seed=seed, num_tiles=num_tiles, **(scene_params or {}))
     env.reset()
     name = next(iter(env.behavior_specs))
     rng = np.random.default_rng(seed)
@@ -425,14 +437,21 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--name", default=None, help="results file name (default from --num-tiles)")
     parser.add_argument(
+        "--scene-params",
+        nargs="+",
+        default=[],
+        metavar="KEY=VALUE",
+        help="parameters of the Sorter scene for training and --references, e.g. max_steps=300",
+    )
+    parser.add_argument(
         "--save-dir", default=None, help="save each trained model there as sorter_<encoder>_s<seed>.zip"
     )
     args = parser.parse_args(argv)
     if args.references:
         for n in args.references:
             (expert, n_expert), (rand, n_rand) = (
-                reference_returns(n, "expert"),
-                reference_returns(n, "random"),
+                reference_returns(n, "expert", scene_params=parse_settings(args.scene_params)),
+                reference_returns(n, "random", scene_params=parse_settings(args.scene_params)),
             )
             print(
                 f"1-{n} tiles: expert {expert:.2f} ({n_expert} episodes), random {rand:.2f} ({n_rand} episodes)"
@@ -455,6 +474,7 @@ def main(argv: list[str] | None = None) -> None:
             args.extractor_lr_scale,
             args.curriculum,
             None if args.save_dir is None else str(Path(args.save_dir) / f"sorter_{encoder}_s{seed}.zip"),
+            parse_settings(args.scene_params),
         )
         for encoder in args.encoders
         for seed in args.seeds
@@ -496,6 +516,9 @@ def main(argv: list[str] | None = None) -> None:
     changed = [*args.overrides, *([f"activation={args.activation}"] if args.activation != "tanh" else [])]
     if args.extractor_lr_scale != 1.0:
         changed.append(f"extractor_lr_scale={args.extractor_lr_scale}")
+    changed += [
+        f"scene {pair}" for pair in args.scene_params
+    ]  # the references above are for the default scene
     tiles = (
         f"Unity's curriculum ({Path(args.curriculum).name}), final lesson 1-{rows[0].get('final_num_tiles', 0):g}"
         if args.curriculum

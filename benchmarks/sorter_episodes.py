@@ -15,6 +15,7 @@ Writes ``benchmarks/results/sorter_episodes.json`` (``--name`` to change it).
 from __future__ import annotations
 
 import argparse
+import ast
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -55,11 +56,16 @@ def _random(rng: np.random.Generator) -> Policy:
     return lambda env, decision: rng.integers(0, 3, (len(decision), 3), dtype=np.int32)
 
 
-def play(policy: Policy, num_tiles: int, episodes: int, seed: int) -> dict[str, Any]:
-    """Play until ``episodes`` episodes have ended; how they ended and what they scored."""
+def play(
+    policy: Policy, num_tiles: int, episodes: int, seed: int, scene_params: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Play until ``episodes`` episodes have ended; how they ended and what they scored.
+
+    :param scene_params: more parameters of the Sorter scene (e.g. ``max_steps``).
+    """
     from mlagents_envs.base_env import ActionTuple
 
-    env = make_scene("Sorter", seed=seed, num_tiles=num_tiles)
+    env = make_scene("Sorter", seed=seed, num_tiles=num_tiles, **(scene_params or {}))
     env.reset()
     name = env.behavior_name
     running: dict[int, dict[str, float]] = {}
@@ -115,8 +121,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--models", nargs="*", default=[], help="models saved by sorter_attention.py --save-dir"
     )
+    parser.add_argument(
+        "--scene-params",
+        nargs="+",
+        default=[],
+        metavar="KEY=VALUE",
+        help="parameters of the Sorter scene, e.g. max_steps=300",
+    )
     parser.add_argument("--name", default="sorter_episodes")
     args = parser.parse_args(argv)
+    scene_params = {
+        key: ast.literal_eval(value) for key, _, value in (pair.partition("=") for pair in args.scene_params)
+    }
     policies: list[tuple[str, Policy]] = [
         ("expert", _expert),
         ("random", _random(np.random.default_rng(args.seed))),
@@ -126,12 +142,13 @@ def main(argv: list[str] | None = None) -> None:
         policies.append((f"{Path(path).stem}, deterministic", _model_policy(path, True)))
     rows = []
     for label, policy in policies:
-        rows.append({"policy": label, **play(policy, args.num_tiles, args.episodes, args.seed)})
+        rows.append({"policy": label, **play(policy, args.num_tiles, args.episodes, args.seed, scene_params)})
         print(rows[-1], flush=True)
     columns = ["policy", "episodes", "return", "tiles", "touched", "share touched", "all", "wrong", "time"]
     columns.append("decisions per touch")
     print_table(rows, columns, title=f"Sorter, 1-{args.num_tiles} tiles: how episodes end")
-    print(f"wrote {write_results(args.name, rows, num_tiles=args.num_tiles, seed=args.seed)}")
+    path = write_results(args.name, rows, num_tiles=args.num_tiles, seed=args.seed, scene_params=scene_params)
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":
