@@ -34,7 +34,6 @@ from stable_baselines3.common.buffers import ReplayBuffer
 from stable_baselines3.common.utils import polyak_update
 from torch.nn import functional as F
 
-from unity_sb3.algorithms.action_masks import mask_reader
 from unity_sb3.algorithms.distributions import action_layout, hybrid_env_actions
 from unity_sb3.algorithms.mixin import log_stats
 from unity_sb3.algorithms.sac.policies import expected_over_branches
@@ -118,15 +117,9 @@ class BranchedTrainingMixin:
 
     # ------------------------------------------------------------------ collecting
     def _env_masks(self) -> np.ndarray | None:
-        """``(n_envs, sum(branches))`` masks of the env's current observations (True = allowed), or None."""
-        env = self.env
-        if env is None:
-            return None
-        cached = getattr(self, "_mask_source", None)
-        if cached is None or cached[0] is not env:  # looked up once per env (set_env may change it)
-            cached = self._mask_source = (env, mask_reader(env))
-        reader = cached[1]
-        return None if reader is None else reader()
+        """``(n_envs, sum(branches))`` masks of the env's current observations (True = allowed), or None
+        (the reader is looked up once per ``learn``, in ``_setup_learn``)."""
+        return None if self._read_masks is None else self._read_masks()
 
     def _random_actions(self, masks: np.ndarray | None, n_envs: int) -> np.ndarray:
         """Warm-up actions in the buffer's layout: uniform over each branch's allowed actions."""

@@ -57,6 +57,7 @@ from stable_baselines3.sac.policies import CnnPolicy, MlpPolicy, MultiInputPolic
 from torch import nn
 from torch.nn import functional as F
 
+from unity_sb3.algorithms.action_masks import MaskReader, mask_reader
 from unity_sb3.algorithms.mixin import SignalsAndBCMixin, log_stats
 from unity_sb3.algorithms.reward_signals.settings import RewardSignalConfigError
 from unity_sb3.algorithms.sac.buffers import (
@@ -237,6 +238,7 @@ class SAC(BranchedTrainingMixin, SignalsAndBCMixin, SB3SAC, _OpenActionSpaces):
             self.policy_class, RecurrentPolicyMixin
         )
         self._last_masks = self._next_masks = None
+        self._read_masks: MaskReader | None = None
         self._memories = self._episode_starts = self._step_memories = None
         if self._recurrent:
             self._use_memory()
@@ -280,7 +282,7 @@ class SAC(BranchedTrainingMixin, SignalsAndBCMixin, SB3SAC, _OpenActionSpaces):
             "_episodic",
             "_last_masks",
             "_next_masks",
-            "_mask_source",
+            "_read_masks",
             "_target_entropy_tensor",
             "_memories",
             "_episode_starts",
@@ -298,6 +300,7 @@ class SAC(BranchedTrainingMixin, SignalsAndBCMixin, SB3SAC, _OpenActionSpaces):
         self._next_masks = None  # the env may be reset: ask it again
         fresh = reset_num_timesteps or self._last_obs is None
         result = super()._setup_learn(total_timesteps, callback, reset_num_timesteps, *args, **kwargs)
+        self._read_masks = mask_reader(self.env) if self._branched and self.env is not None else None
         if self._recurrent and (fresh or self._memories is None):  # episodes (re)start: zero memories
             self._memories = np.zeros((self.n_envs, self._memory_size), np.float32)
             self._episode_starts = np.ones(self.n_envs, np.float32)
