@@ -258,6 +258,7 @@ def run(
     curriculum: str | None = None,
     save_as: str | None = None,
     scene_params: dict[str, Any] | None = None,
+    init_model: str | None = None,
 ) -> dict[str, Any]:
     """One training run; ``overrides`` are ``--set``'s ``key=value`` strings (parsed here, in the worker).
 
@@ -265,6 +266,8 @@ def run(
         curriculum) replace ``num_tiles``; run as ``unity-sb3 train --config`` runs them.
     :param save_as: where to save the trained model (``model.save``), or None.
     :param scene_params: more parameters of the Sorter scene (e.g. ``max_steps``).
+    :param init_model: a saved model (``--save-dir``) whose parameters the run starts from (the
+        same encoder, layout and activation); its optimizer state too, the schedules start anew.
     """
     scene_params = scene_params or {}
     th.set_num_threads(1)
@@ -285,6 +288,8 @@ def run(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the flatten run's "pads and flattens" warning
         model = make_model(encoder, env, seed, separate, parse_settings(overrides or []), activation)
+    if init_model is not None:
+        model.set_parameters(init_model)
     if extractor_lr_scale != 1.0:
         scale_extractor_lr(model, extractor_lr_scale)
     recorder = EpisodeRecorder()
@@ -446,6 +451,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--save-dir", default=None, help="save each trained model there as sorter_<encoder>_s<seed>.zip"
     )
+    parser.add_argument(
+        "--init-model",
+        default=None,
+        metavar="ZIP",
+        help="start every run from this saved model's parameters (fine-tuning, e.g. with other scene parameters)",
+    )
     args = parser.parse_args(argv)
     if args.references:
         for n in args.references:
@@ -475,6 +486,7 @@ def main(argv: list[str] | None = None) -> None:
             args.curriculum,
             None if args.save_dir is None else str(Path(args.save_dir) / f"sorter_{encoder}_s{seed}.zip"),
             parse_settings(args.scene_params),
+            args.init_model,
         )
         for encoder in args.encoders
         for seed in args.seeds
@@ -519,6 +531,8 @@ def main(argv: list[str] | None = None) -> None:
     changed += [
         f"scene {pair}" for pair in args.scene_params
     ]  # the references above are for the default scene
+    if args.init_model:
+        changed.append(f"from {Path(args.init_model).name}")
     tiles = (
         f"Unity's curriculum ({Path(args.curriculum).name}), final lesson 1-{rows[0].get('final_num_tiles', 0):g}"
         if args.curriculum

@@ -115,6 +115,27 @@ def test_agents_stay_inside_the_arena():
         assert np.all(np.linalg.norm(vector[:, :2] * 20.0, axis=1) <= ARENA_RADIUS + 1e-6)
 
 
+@pytest.mark.parametrize("turn_degrees", [18.0, 9.0, 4.0])
+def test_a_turn_action_turns_by_turn_degrees_and_touches_keep_the_slot_sectors(turn_degrees):
+    scene = make_scene("Sorter", seed=5, num_agents=1, num_tiles=20, max_steps=0, turn_degrees=turn_degrees)
+    scene.reset()
+    for rotate, sign in ((2, 1.0), (1, -1.0)):
+        before = float(scene._yaw[0])
+        act(scene, [(0, 0, rotate)])
+        assert (float(scene._yaw[0]) - before) % 360.0 == pytest.approx((sign * turn_degrees) % 360.0)
+    while scene._count[0] < 2:
+        scene._on_episode_begin(np.array([0]))
+    # 8 degrees off the first tile's slot centre is still its sector (slots are 18 degrees apart)
+    aim_at(scene, 0, 0)
+    scene._yaw[0] += 8.0
+    slot_angle = np.radians(scene._slot[0, 0] * 18.0 + 8.0)
+    scene._pos[0] = (ARENA_RADIUS - 1.0) * np.array([np.sin(slot_angle), np.cos(slot_angle)])
+    act(scene, [FORWARD])
+    assert scene.get_steps(SORTER)[0].reward[0] == pytest.approx(1.0)
+    with pytest.raises(UnityConfigurationError, match=r"'turn_degrees' must be in \(0, 180\]"):
+        make_scene("Sorter", turn_degrees=0)
+
+
 def test_num_tiles_is_an_environment_parameter():
     channel = EnvironmentParametersChannel()
     scene = make_scene("Sorter", seed=0, num_agents=64, num_tiles=20, side_channels=[channel])

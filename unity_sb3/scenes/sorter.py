@@ -22,11 +22,12 @@ touch them in increasing order.
 * ``num_tiles`` is the environment parameter ``num_tiles`` of Unity's ``Sorter_curriculum.yaml``
   (lessons 2, 4, ... 20), read at every episode start.
 
-Simplified from Unity: the agent moves kinematically (``MOVE_STEP`` and ``TURN_DEGREES`` per
-decision instead of a rigid body pushed by velocity changes, in an arena of ``ARENA_RADIUS``) and
-touches the tile of the wall slot it stands against: the wall is cut into 20 sectors of 18 degrees
-around the slots, and an agent pushed against the wall touches its sector's tile. The agent keeps
-its heading from one episode to the next and restarts at the centre, as in Unity.
+Simplified from Unity: the agent moves kinematically (``MOVE_STEP`` and ``turn_degrees``, default
+``TURN_DEGREES``, per decision instead of a rigid body pushed by velocity changes, in an arena of
+``ARENA_RADIUS``) and touches the tile of the wall slot it stands against: the wall is cut into 20
+sectors of 18 degrees around the slots, and an agent pushed against the wall touches its sector's
+tile. The agent keeps its heading from one episode to the next and restarts at the centre, as in
+Unity.
 """
 
 from __future__ import annotations
@@ -54,9 +55,10 @@ ENTITY_SIZE = HIGHEST_TILE_VALUE + 2
 ARENA_RADIUS = 5.0
 AGENT_RADIUS = 0.5
 MOVE_STEP = 1.0
-TURN_DEGREES = (
-    360.0 / HIGHEST_TILE_VALUE
-)  # one wall slot per decision: from the centre every slot is straight ahead
+#: Angle between two wall slots; a touch counts for the slot whose sector (+-half of it) the agent is in.
+SLOT_DEGREES = 360.0 / HIGHEST_TILE_VALUE
+#: Default turn per decision: one wall slot, so that from the centre every slot is straight ahead.
+TURN_DEGREES = SLOT_DEGREES
 POSITION_SCALE = 20.0  # SorterAgent divides positions by 20
 WRONG_REWARD, RIGHT_REWARD = np.float32(-1.0), np.float32(1.0)
 
@@ -72,11 +74,13 @@ class Sorter(GridScene):
         "decision_period": 1,
         "stable_agent_ids": False,
         "num_tiles": 4,
+        "turn_degrees": TURN_DEGREES,
     }
     PARAM_DOCS: ClassVar[dict[str, str]] = {
         "num_agents": "number of arenas, one agent each",
         "max_steps": "decisions before an episode is interrupted; also sets the -1/max_steps step penalty",
         "num_tiles": "most tiles of an episode (1..20); each episode draws 1..num_tiles",
+        "turn_degrees": "degrees turned by one turn action (default one wall slot, 18; Unity's agent turns 4 per physics step)",
     }
     DYNAMIC_PARAMS = ("num_tiles",)
 
@@ -85,6 +89,10 @@ class Sorter(GridScene):
         if not 1 <= params["num_tiles"] <= HIGHEST_TILE_VALUE:
             raise UnityConfigurationError(
                 f"Sorter 'num_tiles' must be in [1, {HIGHEST_TILE_VALUE}], got {params['num_tiles']}."
+            )
+        if not 0.0 < float(params["turn_degrees"]) <= 180.0:
+            raise UnityConfigurationError(
+                f"Sorter 'turn_degrees' must be in (0, 180], got {params['turn_degrees']}."
             )
 
     def _make_spec(self) -> BehaviorSpec:
@@ -146,7 +154,8 @@ class Sorter(GridScene):
         direction[forward_axis == 2] = -forward[forward_axis == 2]
         direction[right_axis == 1] = right[right_axis == 1]
         direction[right_axis == 2] = -right[right_axis == 2]
-        turn = np.select([rotate_axis == 1, rotate_axis == 2], [-TURN_DEGREES, TURN_DEGREES], 0.0)
+        step = float(self.params["turn_degrees"])
+        turn = np.select([rotate_axis == 1, rotate_axis == 2], [-step, step], 0.0)
         self._yaw[act] = (self._yaw[act] + turn) % 360.0
         pos = self._pos[act] + MOVE_STEP * direction
         limit = ARENA_RADIUS - AGENT_RADIUS
@@ -162,7 +171,7 @@ class Sorter(GridScene):
         if act.size == 0:
             return
         x, z = self._pos[act, 0], self._pos[act, 1]
-        sector = np.rint(np.degrees(np.arctan2(x, z)) / TURN_DEGREES).astype(np.int64) % HIGHEST_TILE_VALUE
+        sector = np.rint(np.degrees(np.arctan2(x, z)) / SLOT_DEGREES).astype(np.int64) % HIGHEST_TILE_VALUE
         live = (self._value[act] >= 0) & ~self._visited[act] & (self._slot[act] == sector[:, None])
         touched = live.any(axis=1)
         right = touched & (live.argmax(axis=1) == self._next[act])
@@ -203,7 +212,7 @@ class Sorter(GridScene):
         wanted = np.degrees(np.arctan2(target[:, 0], target[:, 1]))
         diff = (wanted - heading + 180.0) % 360.0 - 180.0
         actions = np.zeros((len(buffer), 3), dtype=np.int32)
-        turn = np.abs(diff) > TURN_DEGREES / 2
+        turn = np.abs(diff) > float(self.params["turn_degrees"]) / 2
         actions[turn, 2] = np.where(diff[turn] < 0, 1, 2)
         actions[~turn, 0] = 1
         return ActionTuple(discrete=actions)
