@@ -1,6 +1,6 @@
 """POCA's fast paths compute exactly what the slower code they replace computes (bit for bit), except
-the padded critic pass of small minibatches, which matches the split one within float rounding; its
-default optimizer is torch's fused (or foreach) Adam."""
+the padded critic pass of small minibatches and the two-entity attention, which match the code they
+replace within float rounding; its default optimizer is torch's fused (or foreach) Adam."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import torch as th
 from goal_line import GoalLineTeam
 
 from unity_sb3 import UnityVecEnv
-from unity_sb3.algorithms.poca.networks import GroupCriticBody
+from unity_sb3.algorithms.poca.networks import GroupCriticBody, ResidualSelfAttention
 
 
 def test_default_adam_is_a_multi_tensor_kernel():
@@ -89,6 +89,31 @@ def test_critic_full_groups_equal_masked_pass(members):
     want, got = run(False), run(True)
     assert th.equal(want[0], got[0]) and th.equal(want[1], got[1])
     assert len(want[2]) == len(got[2]) and all(th.equal(a, b) for a, b in zip(want[2], got[2]))
+
+
+@pytest.mark.parametrize("embed_dim,n_heads", [(16, 4), (128, 4), (12, 1)])
+def test_two_entities_equal_the_attention_kernel(embed_dim, n_heads):
+    """Two present entities take the sigmoid form of a two-key softmax: the outputs and gradients of
+    torch's attention (the path taken with a mask), to float rounding."""
+    th.manual_seed(0)
+    block = ResidualSelfAttention(embed_dim, n_heads)
+    with th.no_grad():  # non-trivial biases and norms
+        for parameter in block.parameters():
+            parameter.add_(0.1 * th.randn_like(parameter))
+    entities = th.randn(50, 2, embed_dim) * 3
+
+    def run(mask):
+        block.zero_grad()
+        given = entities.clone().requires_grad_(True)
+        out = block(given, mask)
+        (out * th.linspace(-1, 1, embed_dim)).square().sum().backward()
+        return out.detach(), given.grad, [p.grad.clone() for p in block.parameters()]
+
+    want, got = run(th.ones(50, 2, dtype=th.bool)), run(None)
+    th.testing.assert_close(got[0], want[0], rtol=1e-5, atol=1e-5)
+    th.testing.assert_close(got[1], want[1], rtol=1e-4, atol=1e-5)
+    for grad, want_grad in zip(got[2], want[2]):
+        th.testing.assert_close(grad, want_grad, rtol=1e-4, atol=1e-4)
 
 
 def test_small_batches_take_one_padded_critic_pass():
