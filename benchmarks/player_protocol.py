@@ -39,6 +39,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 # where unity_sb3 is imported from (ROOT_VARIABLE: ``--own-work`` points it at the ``--baseline`` tree)
@@ -60,9 +61,20 @@ ROOT_VARIABLE = "PLAYER_PROTOCOL_ROOT"
 EXCHANGE_METHOD = "/communicator_objects.UnityToExternalProto/Exchange"
 
 
-def _scene_params(params: list[str]) -> dict[str, object]:
-    from unity_sb3.scenes.player.server import parse_param
+def _player_api() -> tuple[Any, Any, Any]:
+    """``StandInPlayer``, ``load_scene`` and ``parse_param`` of the imported tree (``--baseline`` trees
+    before the player's ``launcher`` module kept all three in ``server``)."""
+    from unity_sb3.scenes.player import server
 
+    try:
+        from unity_sb3.scenes.player import launcher
+    except ImportError:
+        launcher = server
+    return server.StandInPlayer, launcher.load_scene, launcher.parse_param
+
+
+def _scene_params(params: list[str]) -> dict[str, object]:
+    parse_param = _player_api()[2]
     return dict(parse_param(p) for p in params)
 
 
@@ -79,7 +91,7 @@ def serve_bare(scene: str, port: int, seed: int, params: list[str] = ()) -> int:
     from mlagents_envs.communicator_objects.command_pb2 import QUIT
     from mlagents_envs.communicator_objects.unity_message_pb2 import UnityMessageProto
 
-    from unity_sb3.scenes.player.server import StandInPlayer, load_scene
+    StandInPlayer, load_scene, _ = _player_api()
 
     env = load_scene(scene, seed=seed, params=_scene_params(params))
     player = StandInPlayer(env, port, name=scene)
@@ -198,7 +210,7 @@ def own_work(scene: str, exchanges: int, repeats: int, seed: int, params: list[s
     from mlagents_envs.communicator_objects.command_pb2 import STEP
     from mlagents_envs.communicator_objects.unity_message_pb2 import UnityMessageProto
 
-    from unity_sb3.scenes.player.server import StandInPlayer, load_scene
+    StandInPlayer, load_scene, _ = _player_api()
 
     best = math.inf
     for _ in range(repeats):

@@ -34,7 +34,7 @@ from mlagents_envs.base_env import BaseEnv
 from mlagents_envs.environment import UnityEnvironment
 from mlagents_envs.side_channel.stats_side_channel import StatsSideChannel
 
-from unity_sb3.scenes.player.server import write_launcher
+from unity_sb3.scenes.player.launcher import write_launcher
 
 PROTOCOL_SCENE = "unity_sb3.scenes.protocol_test:make_protocol_test_scene"
 

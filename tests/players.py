@@ -84,7 +84,7 @@ FAULTY_SCENE = textwrap.dedent(
 
 def faulty_factory(tmp_path: Path, base_port: int, **params):
     """A factory for ``UnityVecEnv`` that launches the faulty scene in a stand-in player."""
-    from unity_sb3.scenes.player.server import write_launcher
+    from unity_sb3.scenes.player.launcher import write_launcher
     from unity_sb3.unity.connect import LocalUnityEnvironment
 
     scene_file = tmp_path / "faulty_scene.py"

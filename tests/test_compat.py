@@ -378,7 +378,7 @@ def _run_fresh(
 def test_mlagents_script_without_unity_sb3_talks_to_the_player(tmp_path: Path, first: str) -> None:
     from ports import free_base_port
 
-    from unity_sb3.scenes.player.server import write_launcher
+    from unity_sb3.scenes.player.launcher import write_launcher
 
     launcher = write_launcher("Ball3D", tmp_path / "build")
     script = MLAGENTS_FIRST.format(first=first)

@@ -44,8 +44,9 @@ from unity_sb3.scenes.player.codec import (
     actions_from_proto,
     write_steps,
 )
+from unity_sb3.scenes.player.launcher import load_scene
 from unity_sb3.scenes.player.layouts import ActionLayout
-from unity_sb3.scenes.player.server import StandInPlayer, load_scene
+from unity_sb3.scenes.player.server import StandInPlayer
 from unity_sb3.scenes.random_play import random_actions as random_unity_actions
 
 PROTOCOL_SCENE = "unity_sb3.scenes.protocol_test:make_protocol_test_scene"

@@ -35,14 +35,12 @@ from mlagents_envs.communicator_objects.unity_rl_initialization_input_pb2 import
 )
 from mlagents_envs.communicator_objects.unity_rl_output_pb2 import UnityRLOutputProto
 from mlagents_envs.environment import UnityEnvironment
-from mlagents_envs.exception import UnityEnvironmentException, UnityTimeOutException
 from mlagents_envs.rpc_communicator import RpcCommunicator
 from mlagents_envs.rpc_utils import behavior_spec_from_proto, steps_from_proto
 from mlagents_envs.side_channel.environment_parameters_channel import EnvironmentParametersChannel
 from mlagents_envs.side_channel.stats_side_channel import StatsSideChannel
 from ports import free_base_port
 
-from unity_sb3.scenes.player import server as player_module
 from unity_sb3.scenes.player.codec import (
     TRAINING_ANALYTICS_CHANNEL,
     BehaviorEncoder,
@@ -51,6 +49,8 @@ from unity_sb3.scenes.player.codec import (
     without_channels,
     write_steps,
 )
+from unity_sb3.scenes.player.failures import player_errors
+from unity_sb3.scenes.player.launcher import write_launcher
 from unity_sb3.scenes.player.server import (
     COMMUNICATION_VERSION,
     EXIT_CLOSED,
@@ -59,10 +59,6 @@ from unity_sb3.scenes.player.server import (
     EXIT_USAGE,
     StandInPlayer,
     main,
-    parse_param,
-    player_errors,
-    player_failure,
-    write_launcher,
 )
 from unity_sb3.scenes.protocol_test import (
     CONT,
@@ -72,7 +68,7 @@ from unity_sb3.scenes.protocol_test import (
     pack_side_channel_message,
 )
 from unity_sb3.scenes.random_play import random_actions
-from unity_sb3.unity.errors import UnityConfigurationError, UnityProcessError, UnityTimeoutError
+from unity_sb3.unity.errors import UnityProcessError
 from unity_sb3.unity.proto import (
     PngCache,
     brain_parameters_proto,
@@ -415,66 +411,6 @@ def test_handshake_seed_reseeds_and_commands_are_applied():
 # ---------------------------------------------------------------------------------- CLI units
 
 
-@pytest.mark.parametrize(
-    ("text", "expected"),
-    [
-        ("n=4", 4),
-        ("x=0.5", 0.5),
-        ("flag=true", True),
-        ("flag=True", True),
-        ("name=red", "red"),
-        ("t=(1, 2)", (1, 2)),
-    ],
-)
-def test_parse_param(text, expected):
-    key, value = parse_param(text)
-    assert key == text.partition("=")[0] and value == expected and type(value) is type(expected)
-
-
-@pytest.mark.parametrize("value", [4, 0.5, True, "red", "4", "true", [1, 2], (1, 2), {"a": 1}, None])
-def test_launcher_params_survive_the_command_line(value):
-    text = player_module._format_param("k", value)
-    parsed = parse_param(text)[1]
-    assert parsed == value and type(parsed) is type(value)
-
-
-@pytest.mark.parametrize("bad", ["novalue", "=3", "2x=1"])
-def test_parse_param_rejects_bad_input(bad):
-    with pytest.raises(ValueError, match="key=value"):
-        parse_param(bad)
-
-
-def test_write_launcher(tmp_path):
-    path = write_launcher(TEST_SCENE, tmp_path / "b", scene_params={"num_agents": 3, "name": "x y"})
-    assert path.name == "make_protocol_test_scene.x86_64" and os.access(path, os.X_OK)
-    text = path.read_text()
-    assert "exec " in text and "--param num_agents=3" in text and "'name=x y'" in text and '"$@"' in text
-    with pytest.raises(UnityConfigurationError, match="strips"):
-        write_launcher("Ball3D", tmp_path / "my.application")
-
-
-def test_write_launcher_where_mlagents_looks_on_macos(tmp_path, monkeypatch):
-    from mlagents_envs import env_utils
-
-    monkeypatch.setattr(sys, "platform", "darwin")
-    monkeypatch.setattr(env_utils, "get_platform", lambda: "darwin")
-    path = write_launcher("Ball3D", tmp_path)
-    assert path == tmp_path / "Ball3D.app"
-    assert env_utils.validate_environment_path(str(path)) == str(path / "Contents" / "MacOS" / "Ball3D")
-    monkeypatch.setattr(sys, "platform", "win32")
-    with pytest.raises(UnityConfigurationError, match="Windows"):
-        write_launcher("Ball3D", tmp_path)
-
-
-def test_write_launcher_is_found_by_mlagents_on_linux(tmp_path, monkeypatch):
-    from mlagents_envs import env_utils
-
-    monkeypatch.setattr(env_utils, "get_platform", lambda: "linux")
-    path = write_launcher("Ball3D", tmp_path)
-    assert env_utils.validate_environment_path(str(path)) == str(path)
-    assert env_utils.validate_environment_path(str(tmp_path / "Ball3D")) == str(path)
-
-
 def test_main_reports_bad_input(tmp_path):
     log = tmp_path / "p.log"
     assert main([TEST_SCENE, "--mlagents-port", "1", "--param", "oops", "-logFile", str(log)]) == EXIT_USAGE
@@ -483,31 +419,6 @@ def test_main_reports_bad_input(tmp_path):
     assert "NoSuchScene" in log.read_text()
     with pytest.raises(SystemExit):
         main([TEST_SCENE])  # --mlagents-port is required
-
-
-class _FakeProcess:
-    def __init__(self, code):
-        self.code, self.pid = code, 4242
-
-    def poll(self):
-        return self.code
-
-
-class _FakeEnv:
-    def __init__(self, code):
-        self._process, self._worker_id, self._timeout_wait = _FakeProcess(code), 7, 12
-
-
-def test_player_failure_names_process_and_exit_code():
-    error = player_failure(
-        _FakeEnv(-9), UnityEnvironmentException("x"), name="stand-in player 'Ball3D'", log_path="l"
-    )
-    assert isinstance(error, UnityProcessError) and error.exit_code == -9
-    for part in ("worker 7", "stand-in player 'Ball3D'", "pid 4242", "SIGKILL", "exit code -9", "l"):
-        assert part in str(error)
-    timeout = player_failure(_FakeEnv(None), UnityTimeOutException("slow"))
-    assert isinstance(timeout, UnityTimeoutError) and "pid 4242 is still running" in str(timeout)
-    assert player_failure(_FakeEnv(None), UnityEnvironmentException("other")) is None
 
 
 # ---------------------------------------------------------------------------------- the real protocol

@@ -132,7 +132,7 @@ def open_unity(
         file_name: str | None = name
         temp_dir: str | None = None
         if kind == "scene":
-            from unity_sb3.scenes.player.server import write_launcher
+            from unity_sb3.scenes.player.launcher import write_launcher
 
             temp_dir = tempfile.mkdtemp(prefix="unity_sb3-player-")
             file_name = str(write_launcher(name, temp_dir, scene_params=scene_params or None))

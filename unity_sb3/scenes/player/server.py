@@ -5,8 +5,8 @@ Run it as a Unity build is run::
     python -m unity_sb3.scenes.player Ball3D --mlagents-port 5005 [--seed 0] [--param key=value ...]
         [-logFile PATH] [-nographics] [-batchmode] [--timeout SECONDS]
 
-or write a launcher that ``mlagents_envs.environment.UnityEnvironment(file_name=...)`` starts
-exactly like a Unity executable::
+or write a launcher (:func:`unity_sb3.scenes.player.launcher.write_launcher`) that
+``mlagents_envs.environment.UnityEnvironment(file_name=...)`` starts exactly like a Unity executable::
 
     path = write_launcher("Ball3D", "/tmp/builds")      # /tmp/builds/Ball3D.x86_64
     env = UnityEnvironment(file_name=str(path), worker_id=1, seed=3, no_graphics=True)
@@ -48,19 +48,11 @@ Exit codes: 0 closed by Python or Python went away; 1 the scene raised (tracebac
 from __future__ import annotations
 
 import argparse
-import ast
-import importlib
-import importlib.util
-import json
 import logging
-import re
-import shlex
 import signal
-import stat
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, suppress
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -72,7 +64,6 @@ from mlagents_envs.communicator_objects.unity_rl_initialization_output_pb2 impor
     UnityRLInitializationOutputProto,
 )
 from mlagents_envs.communicator_objects.unity_to_external_pb2_grpc import UnityToExternalProtoStub
-from mlagents_envs.exception import UnityException, UnityTimeOutException
 
 from unity_sb3.scenes.player.codec import (
     TRAINING_ANALYTICS_CHANNEL,
@@ -83,9 +74,10 @@ from unity_sb3.scenes.player.codec import (
     without_channels,
     write_steps,
 )
+from unity_sb3.scenes.player.launcher import load_scene, parse_param
 from unity_sb3.scenes.player.layouts import ActionLayout
 from unity_sb3.unity import compat as _compat  # noqa: F401
-from unity_sb3.unity.errors import UnityConfigurationError, UnityProcessError, UnityTimeoutError
+from unity_sb3.unity.errors import UnityConfigurationError
 from unity_sb3.unity.proto import brain_parameters_proto, capabilities_proto
 
 __all__ = [
@@ -95,11 +87,7 @@ __all__ = [
     "EXIT_SCENE_ERROR",
     "EXIT_USAGE",
     "StandInPlayer",
-    "load_scene",
     "main",
-    "parse_param",
-    "player_errors",
-    "write_launcher",
 ]
 
 COMMUNICATION_VERSION = "1.5.0"
@@ -317,219 +305,6 @@ class StandInPlayer:
 
 
 # -- scenes and parameters ---------------------------------------------------------------------
-
-
-def parse_param(text: str) -> tuple[str, Any]:
-    """Parse ``key=value`` from ``--param``: the value as JSON or a Python literal, else a string.
-
-    :param text: e.g. ``"num_agents=4"``, ``"visual=true"``, ``"name=red"``.
-    :return: ``(key, value)``.
-    """
-    key, sep, raw = text.partition("=")
-    key = key.strip()
-    if not sep or not key.isidentifier():
-        raise ValueError(f"--param needs key=value with a Python identifier as key, got {text!r}")
-    for parse in (json.loads, ast.literal_eval):
-        try:
-            return key, parse(raw)
-        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-            continue
-    return key, raw
-
-
-def _format_param(key: str, value: Any) -> str:
-    """``key=value`` text that :func:`parse_param` turns back into ``value`` (same type)."""
-    candidates = [value] if isinstance(value, str) else []
-    with suppress(TypeError, ValueError):
-        candidates.append(json.dumps(value))
-    candidates.append(repr(value))
-    for text in candidates:
-        parsed = parse_param(f"{key}={text}")[1]
-        if type(parsed) is type(value) and parsed == value:
-            return f"{key}={text}"
-    raise UnityConfigurationError(
-        f"Scene parameter {key}={value!r} cannot be passed on a command line; use numbers, strings, "
-        "booleans, lists or dicts of those."
-    )
-
-
-def _import_factory(spec: str) -> Callable[..., BaseEnv]:
-    module_name, _, attr = spec.rpartition(":")
-    if module_name.endswith(".py"):
-        path = Path(module_name).expanduser().resolve()
-        if not path.is_file():
-            raise UnityConfigurationError(f"Scene factory file {path} does not exist.")
-        module_spec = importlib.util.spec_from_file_location(f"_unity_sb3_scene_{path.stem}", path)
-        if module_spec is None or module_spec.loader is None:
-            raise UnityConfigurationError(f"Cannot import {path} as a Python module.")
-        module = importlib.util.module_from_spec(module_spec)
-        module_spec.loader.exec_module(module)
-    else:
-        module = importlib.import_module(module_name)
-    factory = getattr(module, attr, None)
-    if not callable(factory):
-        raise UnityConfigurationError(f"{spec!r}: {module_name} has no callable {attr!r}.")
-    return factory
-
-
-def load_scene(scene: str, seed: int = 0, params: dict[str, Any] | None = None) -> BaseEnv:
-    """Create the environment the player serves.
-
-    :param scene: an embedded scene name (``unity_sb3.scenes.list_scenes()``), or
-        ``module:factory`` / ``file.py:factory`` for your own ``BaseEnv``.
-    :param seed: passed to the factory (the handshake's seed replaces it through ``reseed``).
-    :param params: keyword arguments for the scene.
-    """
-    params = dict(params or {})
-    if ":" in scene:
-        return _import_factory(scene)(seed=seed, **params)
-    try:
-        from unity_sb3.scenes import make_scene
-    except ImportError as exc:
-        raise UnityConfigurationError(
-            f"Cannot serve scene {scene!r}: the embedded scenes (unity_sb3.scenes) are not available ({exc}). "
-            "Pass module:factory to serve your own BaseEnv."
-        ) from exc
-    return make_scene(scene, seed=seed, **params)
-
-
-# -- launcher ----------------------------------------------------------------------------------
-
-_MANGLED = (".app", ".exe", ".x86")  # mlagents_envs.env_utils strips these anywhere in the path
-
-
-def _launcher_stem(scene: str) -> str:
-    stem = scene.rpartition(":")[2] if ":" in scene else scene
-    return re.sub(r"[^A-Za-z0-9_-]", "_", stem) or "scene"
-
-
-def write_launcher(
-    scene: str,
-    directory: str | Path,
-    *,
-    scene_params: dict[str, Any] | None = None,
-    python: str = sys.executable,
-    extra_args: Sequence[str] = (),
-) -> Path:
-    """Write an executable that ``UnityEnvironment(file_name=...)`` launches like a Unity build.
-
-    On Linux it is ``<directory>/<scene>.x86_64``; on macOS ``<directory>/<scene>.app`` (a
-    bundle holding ``Contents/MacOS/<scene>``), because that is where ``mlagents_envs``
-    looks. The script ``exec``\\ s ``python -m unity_sb3.scenes.player`` (so the process that
-    ``UnityEnvironment`` holds *is* the player) with ``unity_sb3``'s own location first on
-    ``PYTHONPATH``; the arguments ``mlagents_envs`` adds (``--mlagents-port``, ``-logFile``,
-    ``-nographics`` ...) are passed through.
-
-    :param scene: scene name or ``module:factory`` (see :func:`load_scene`).
-    :param directory: folder to write into (created if missing). It must not contain
-        ``.app``, ``.exe`` or ``.x86`` anywhere: ``mlagents_envs`` strips those from paths.
-    :param scene_params: scene keyword arguments, passed as ``--param key=value``.
-    :param python: interpreter that runs the player.
-    :param extra_args: more player arguments, e.g. ``["--timeout", "600"]``.
-    :return: the path to pass as ``file_name``.
-    """
-    if sys.platform == "win32":
-        raise UnityConfigurationError(
-            "The stand-in player launcher is a shell script and does not run on Windows; "
-            "use the in-process transport there."
-        )
-    directory = Path(directory).expanduser().resolve()
-    bad = [part for part in _MANGLED if part in str(directory)]
-    if bad:
-        raise UnityConfigurationError(
-            f"Launcher directory {directory} contains {bad[0]!r}, which mlagents_envs strips from "
-            "executable paths; choose another directory."
-        )
-    stem = _launcher_stem(scene)
-    if sys.platform == "darwin":
-        bundle = directory / f"{stem}.app"
-        script = bundle / "Contents" / "MacOS" / stem
-        result = bundle
-    else:
-        script = directory / f"{stem}.x86_64"
-        result = script
-    script.parent.mkdir(parents=True, exist_ok=True)
-    args = [python, "-m", "unity_sb3.scenes.player", scene]
-    for key, value in (scene_params or {}).items():
-        args += ["--param", _format_param(key, value)]
-    args += list(extra_args)
-    package_root = str(Path(__file__).resolve().parents[2])
-    text = (
-        "#!/bin/sh\n"
-        f"# Stand-in Unity player for scene {scene!r}, written by unity_sb3.scenes.player.server.write_launcher.\n"
-        f"PYTHONPATH={shlex.quote(package_root)}${{PYTHONPATH:+:$PYTHONPATH}}\n"
-        "export PYTHONPATH\n"
-        "GRPC_VERBOSITY=${GRPC_VERBOSITY:-ERROR}  # no gRPC info lines (e.g. GOAWAY on close) on stderr\n"
-        "export GRPC_VERBOSITY\n"
-        f'exec {" ".join(shlex.quote(a) for a in args)} "$@"\n'
-    )
-    script.write_text(text)
-    script.chmod(script.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
-    return result
-
-
-# -- errors on the Python side -----------------------------------------------------------------
-
-
-def _describe_exit(code: int) -> str:
-    if code < 0:
-        try:
-            return f"killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
-    return "exited"
-
-
-def player_failure(
-    env: Any, exc: BaseException, *, name: str = "stand-in player", log_path: str | None = None
-) -> UnityException | None:
-    """A clear error for ``exc`` raised by ``UnityEnvironment`` ``env``, or ``None`` to keep ``exc``.
-
-    :param env: the ``mlagents_envs.environment.UnityEnvironment`` that raised.
-    :param exc: what it raised.
-    :param name: how to name the process in the message, e.g. ``"stand-in player 'Ball3D'"``.
-    :param log_path: the process's log file, when known.
-    :return: :class:`UnityProcessError` when the process has exited (naming it, its pid and exit
-        code), :class:`UnityTimeoutError` when it is alive but did not answer, else ``None``.
-    """
-    if isinstance(exc, UnityProcessError | UnityTimeoutError):
-        return None
-    worker_id = int(getattr(env, "_worker_id", -1))
-    process = getattr(env, "_process", None)
-    code = process.poll() if process is not None else None
-    pid = getattr(process, "pid", None)
-    label = f"{name}, pid {pid}" if pid is not None else name
-    if code is not None:
-        return UnityProcessError(
-            worker_id,
-            exit_code=code,
-            log_path=log_path,
-            detail=f"the process {_describe_exit(code)} while Python waited for it",
-            process_name=label,
-        )
-    if isinstance(exc, UnityTimeOutException):
-        timeout = float(getattr(env, "_timeout_wait", 0) or 0)
-        return UnityTimeoutError(worker_id, timeout, detail=f"{label} is still running.", log_path=log_path)
-    return None
-
-
-@contextmanager
-def player_errors(env: Any, *, name: str = "stand-in player", log_path: str | None = None) -> Iterator[None]:
-    """Re-raise ``mlagents_envs`` errors about a dead or silent process as :func:`player_failure` says.
-
-    ``mlagents_envs`` itself reports a killed player as "Environment shut down with return
-    code -9 (SIGKILL)." without saying which process; use this around ``reset``/``step``::
-
-        with player_errors(env, name="stand-in player 'Ball3D'", log_path=log):
-            env.step()
-    """
-    try:
-        yield
-    except UnityException as exc:
-        error = player_failure(env, exc, name=name, log_path=log_path)
-        if error is None:
-            raise
-        raise error from exc
 
 
 # -- command line ------------------------------------------------------------------------------
