@@ -53,6 +53,8 @@ def test_3dball_ppo_mapping() -> None:
     assert not {"summary_freq", "keep_checkpoints"} & _unhonored(run)
     assert run.cadence == {"keep_checkpoints": 5, "summary_freq": 12000}
     assert "hyperparameters.batch_size" not in _unhonored(run)
+    # SB3's gradient clipping stays (ML-Agents has none), and the table says so
+    assert "max_grad_norm" not in h and "max_grad_norm=0.5" in run.table()
 
 
 def test_3dball_sac_mapping() -> None:

@@ -140,6 +140,12 @@ def _map_on_policy(m: _Mapper, hyper: dict[str, Any], gamma: float, where: str) 
         if beta_schedule == "linear"
         else "",
     )
+    m.row(
+        "(ML-Agents has no gradient clipping)",
+        None,
+        "max_grad_norm=0.5",
+        "SB3's default kept (docs/DECISIONS.md); set max_grad_norm in an RL Zoo YAML to change it",
+    )
 
 
 def _map_sac(m: _Mapper, hyper: dict[str, Any], gamma: float, where: str) -> None:
