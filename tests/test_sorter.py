@@ -195,3 +195,24 @@ def test_shipped_ppo_settings_learn_to_sort_with_attention(tmp_path):
     assert len(returns) > 300
     assert np.mean(returns[:100]) < 0.0, "the untrained policy should not sort"
     assert np.mean(returns[-200:]) >= 0.3, f"PPO reached {np.mean(returns[-200:]):.2f} (expert 0.93)"
+
+
+def test_twenty_tile_config_enters_unity_lessons_at_unity_steps():
+    """examples/configs/sorter_20_tiles.yml: Unity's lessons at the steps of Unity's 5M run, then 20 tiles from 4.75M to 10M."""
+    from pathlib import Path
+
+    from unity_sb3.config.hyperparams import load_hyperparams
+    from unity_sb3.unity.parameters import EnvironmentParameters
+
+    path = Path(__file__).resolve().parents[1] / "examples" / "configs" / "sorter_20_tiles.yml"
+    params = load_hyperparams("ppo", "Sorter", path)
+    assert params["n_timesteps"] == 10_000_000 and "num_tiles" not in params["open_kwargs"]
+    assert "share_features_extractor=False" in params["policy_kwargs"] and params["n_steps"] == 5120
+    curriculum = EnvironmentParameters(params["open_kwargs"]["environment_parameters"])
+    lessons = curriculum.parameters["num_tiles"].lessons
+    assert [lesson.value.value for lesson in lessons] == [2.0 * k for k in range(1, 11)]
+    enter = [round(lesson.completion_criteria.threshold * params["n_timesteps"]) for lesson in lessons[:-1]]
+    assert enter == [
+        2_500_000,
+        *range(3_000_000, 4_750_001, 250_000),
+    ]  # Unity: 0.5, 0.6, 0.65, ... 0.95 of 5M
