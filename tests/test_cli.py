@@ -54,6 +54,21 @@ def test_resume_continues_to_the_requested_total(tmp_path: Path, config: Path) -
     assert (tmp_path / "r" / "resume-1.monitor.csv").is_file(), "a resumed segment gets its own monitor file"
 
 
+def test_resume_without_config_continues_with_the_runs_own_settings(tmp_path: Path, config: Path) -> None:
+    from stable_baselines3 import PPO
+
+    base = ["train", "--results-dir", str(tmp_path), "--run-id", "r"]
+    assert main([*base, "--config", str(config), "--seed", "7", *TINY]) == 0
+    first = yaml.safe_load((tmp_path / "r" / "config.yaml").read_text())
+    assert first["seed"] == 7 and first["transport"] == "inprocess" and first["hyperparams"]["n_steps"] == 25
+    # no --config, --seed or --transport: the run's own; only the budget given here changes
+    assert main([*base, "--resume", "--n-timesteps", "1200", "--no-progress"]) == 0
+    assert yaml.safe_load((tmp_path / "r" / "config.yaml").read_text()) == {**first, "n_timesteps": 1200}
+    assert PPO.load(tmp_path / "r" / "model.zip").num_timesteps >= 1200
+    with pytest.raises(ValueError, match="continues a run of env 'Ball3D', not 'Basic'"):
+        main([*base, "--resume", "--env", "Basic", "--no-progress"])
+
+
 def test_resume_without_a_run_fails_clearly(tmp_path: Path, config: Path, capsys) -> None:
     (tmp_path / "empty").mkdir()
     (tmp_path / "empty" / "notes.txt").write_text("x")
@@ -491,6 +506,18 @@ def test_curriculum_lessons_survive_resume(tmp_path: Path, monkeypatch, capsys) 
     state = json.loads((run / "curriculum.json").read_text())
     assert state["parameters"]["lesson_numbers"] == {"scale": 1}
     assert state["num_timesteps"] == PPO.load(run / "model.zip").num_timesteps >= 900
+
+
+@QUIET_MLAGENTS_CONFIG
+def test_curriculum_survives_resume_without_the_config(tmp_path: Path, monkeypatch, capsys) -> None:
+    config = _curriculum_yaml(tmp_path / "curriculum.yaml")
+    base = ["train", "--results-dir", str(tmp_path), "--run-id", "c"]
+    assert main([*base, "--config", str(config), *TINY]) == 0
+    resets = _record_scene_resets(monkeypatch)
+    capsys.readouterr()
+    assert main([*base, "--n-timesteps", "900", "--resume", "--no-progress"]) == 0
+    assert "Curricula resume at lessons {'scale': 1}" in capsys.readouterr().out
+    assert resets and all(scale == 1.5 for scale in resets), f"every reset of the resumed run: {resets}"
 
 
 @QUIET_MLAGENTS_CONFIG

@@ -180,6 +180,29 @@ def test_shipped_competitive_entries_run_self_play_by_default() -> None:
     assert all(c.behavior == name for name, c in svg.items())
 
 
+def test_resume_plans_every_behavior_with_the_runs_own_settings(tmp_path: Path) -> None:
+    from dataclasses import asdict
+
+    from unity_sb3.run import _plain
+
+    planned = plan_behaviors(args_for("--env", "StrikersVsGoalie", "--seed", "5", "--transport", "inprocess"))
+    planned["Goalie"].hyperparams["n_steps"] = 77  # a setting no shipped file has
+    run = tmp_path / "svg"
+    run.mkdir()
+    whole = {
+        "env": "StrikersVsGoalie",
+        "algo": "poca",
+        "behaviors": {n: asdict(c) for n, c in planned.items()},
+    }
+    (run / "config.yaml").write_text(yaml.safe_dump(_plain(whole), sort_keys=False))
+    resumed = plan_behaviors(args_for("--results-dir", str(tmp_path), "--run-id", "svg", "--resume"))
+    assert resumed == planned, "no --config: the settings the run was started with"
+    again = plan_behaviors(
+        args_for("--results-dir", str(tmp_path), "--run-id", "svg", "--resume", "--n-timesteps", "123")
+    )
+    assert {c.n_timesteps for c in again.values()} == {123} and again["Goalie"].seed == 5
+
+
 def test_single_behavior_runs_keep_the_single_path(tmp_path: Path) -> None:
     assert plan_behaviors(args_for("--env", "Ball3D")) is None
     config = shrunk(UNITY_CONFIGS / "ppo" / "Tennis.yaml", tmp_path / "tennis.yaml", self_play=False)

@@ -76,24 +76,36 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
         help="a .demo file or folder that replaces every demo_path of the ML-Agents YAML (GAIL, behavioral_cloning)",
     )
     p.add_argument("--n-timesteps", type=int, help="agent-steps to train for (overrides the config)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=None, help="(default: 0; with --resume, the run's)")
     p.add_argument(
         "--num-envs",
         type=int,
         default=None,
         help="Unity instances to run in parallel (default: an ML-Agents config's env_settings.num_envs, else 1)",
     )
-    p.add_argument("--time-scale", type=float, default=20.0, help="Unity time scale (as mlagents-learn)")
-    p.add_argument("--no-graphics", action="store_true", help="run Unity builds without rendering")
+    p.add_argument(
+        "--time-scale",
+        type=float,
+        default=None,
+        help="Unity time scale, as mlagents-learn (default: 20; with --resume, the run's)",
+    )
+    p.add_argument(
+        "--no-graphics", action="store_true", default=None, help="run Unity builds without rendering"
+    )
     p.add_argument("--run-id", default=None, help="name of the results folder (default: <env>_<algo>)")
     p.add_argument("--results-dir", default="results")
-    p.add_argument("--resume", action="store_true", help="continue from the run's newest checkpoint")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue from the run's newest checkpoint, with the run's own settings (config.yaml)",
+    )
     p.add_argument("--force", action="store_true", help="overwrite an existing run folder")
     p.add_argument(
         "--transport",
         choices=["player", "inprocess"],
-        default="player",
-        help="embedded scenes: through the stand-in player over gRPC (default) or in-process",
+        default=None,
+        help="embedded scenes: through the stand-in player over gRPC (default; with --resume, the run's) "
+        "or in-process",
     )
     p.add_argument(
         "--checkpoint-every",

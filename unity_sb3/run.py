@@ -28,7 +28,7 @@ from __future__ import annotations
 import argparse
 import time
 import warnings
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -534,6 +534,56 @@ def _default_env_and_algo(args: argparse.Namespace) -> None:
     args.algo = args.algo or "ppo"
 
 
+#: ``unity-sb3 train`` flags that set a field of the run, and the field's value when neither the
+#: command line nor (with ``--resume``) the run's own ``config.yaml`` gives it
+_FLAG_DEFAULTS: dict[str, Any] = {"seed": 0, "transport": "player", "time_scale": 20.0, "no_graphics": False}
+#: ``RunConfig`` fields that a ``--resume`` command line may still change (the run's others stay)
+_RESUME_OVERRIDES = ("n_timesteps", "num_envs", "behavior", *_FLAG_DEFAULTS)
+
+
+def _flag(args: argparse.Namespace, key: str) -> Any:
+    value = getattr(args, key, None)
+    return _FLAG_DEFAULTS[key] if value is None else value
+
+
+def saved_run_config(args: argparse.Namespace) -> dict[str, Any] | None:
+    """The ``config.yaml`` of the run that ``--resume`` continues, or ``None`` (no ``--resume``, or no file).
+
+    ``args.env`` and ``args.algo`` must be filled (:func:`_default_env_and_algo`): they name the
+    run folder when ``--run-id`` does not.
+    """
+    if not getattr(args, "resume", False):
+        return None
+    run_id = args.run_id or f"{Path(args.env).name}_{args.algo}"
+    path = Path(args.results_dir) / run_id / CONFIG_FILE
+    return (yaml.safe_load(path.read_text()) or {}) if path.is_file() else None
+
+
+def resumed_config(saved: dict[str, Any], args: argparse.Namespace) -> RunConfig:
+    """The run's own :class:`RunConfig` (from its ``config.yaml``), with what the command line gives on top.
+
+    Only the step budget, the instances, the behavior, the seed, the transport, the time scale,
+    graphics and the run settings (restarts, checkpoints, summaries) may change; ``--env`` or
+    ``--algo`` naming something else than the run's is an error.
+    """
+    known = {f.name for f in fields(RunConfig)}
+    config = RunConfig(**{key: value for key, value in saved.items() if key in known})
+    for key in ("env", "algo"):
+        given = getattr(args, key, None)
+        if given is not None and given != getattr(config, key):
+            raise ValueError(
+                f"--resume continues a run of {key} {getattr(config, key)!r}, not {given!r}; leave --{key} out, "
+                "or start a new run with --run-id NAME."
+            )
+    for key in _RESUME_OVERRIDES:
+        value = getattr(args, key, None)
+        if value is not None:
+            setattr(config, key, value)
+    for key, value in _run_settings({}, args, where="the command line").items():
+        setattr(config, key, value)
+    return config
+
+
 def config_from_args(args: argparse.Namespace) -> RunConfig:
     """Build a :class:`RunConfig` from ``unity-sb3 train`` arguments and the hyperparameter files.
 
@@ -541,8 +591,21 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     ``summary_freq`` may come from the file (an ML-Agents YAML's ``env_settings``, SAC
     ``hyperparameters.save_replay_buffer``, ``checkpoint_interval``, ``keep_checkpoints`` and
     ``summary_freq``, or top-level keys of a flat file); the command-line flags override them.
+
+    With ``--resume`` and no ``--config``, the run continues with its own settings, those of its
+    ``config.yaml`` (:func:`resumed_config`); with ``--config`` too, that file's hyperparameters
+    replace them and the fields the command line leaves out still come from the run.
     """
     _default_env_and_algo(args)
+    saved = saved_run_config(args)
+    if saved is not None:
+        if args.config is None and "behaviors" not in saved:
+            return resumed_config(saved, args)
+        behaviors = saved.get("behaviors") or {}
+        own = (behaviors.get(args.behavior) or next(iter(behaviors.values()), {})) if behaviors else saved
+        for key in _FLAG_DEFAULTS:  # new hyperparameters; the run is opened as before
+            if getattr(args, key, None) is None and key in own:
+                setattr(args, key, own[key])
     hyper = load_hyperparams(
         args.algo, args.env, args.config, behavior=args.behavior, demo_path=getattr(args, "demo_path", None)
     )
@@ -552,12 +615,12 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     config = RunConfig(
         env=args.env,
         algo=algo,
-        seed=args.seed,
+        seed=_flag(args, "seed"),
         num_envs=args.num_envs if args.num_envs is not None else hyper.get("num_envs", 1),
         behavior=args.behavior,
-        transport=args.transport,
-        time_scale=args.time_scale,
-        no_graphics=args.no_graphics,
+        transport=_flag(args, "transport"),
+        time_scale=_flag(args, "time_scale"),
+        no_graphics=_flag(args, "no_graphics"),
     )
     hyper.pop("num_envs", None)  # an ML-Agents config's env_settings.num_envs; --num-envs wins
     config.n_timesteps = int(hyper.pop("n_timesteps", config.n_timesteps))

@@ -62,7 +62,9 @@ from unity_sb3.run import (
     _wrap_normalize,
     config_from_args,
     find_resume_point,
+    resumed_config,
     run_dir_from_args,
+    saved_run_config,
     unity_open_kwargs,
 )
 from unity_sb3.selfplay.settings import SELF_PLAY_KEYS, SelfPlaySettings
@@ -122,12 +124,19 @@ def plan_behaviors(args: argparse.Namespace) -> dict[str, RunConfig] | None:
 
     The configs come from :func:`unity_sb3.run.config_from_args` with ``--behavior`` set to each
     name, so each behavior's hyperparameters are mapped exactly as a single-behavior run maps them;
-    ``self_play`` is resolved per behavior (:func:`self_play_for`).
+    ``self_play`` is resolved per behavior (:func:`self_play_for`). With ``--resume`` and no
+    ``--config`` they are the run's own, from its ``config.yaml``.
     """
     _default_algo(args)
     _default_env_and_algo(args)
+    saved = saved_run_config(args)
     data = read_yaml(args.config) if args.config else None
-    if data is not None and "behaviors" in data:
+    if saved is not None and args.config is None:
+        if "behaviors" not in saved:
+            return None  # a single-behavior run: unity_sb3.run resumes it with its own settings
+        # --resume: every behavior with the settings it ran with, the command line's on top
+        configs = {n: resumed_config(c, args) for n, c in (saved["behaviors"] or {}).items()}
+    elif data is not None and "behaviors" in data:
         behaviors = data.get("behaviors") or {}
         defaults = data.get("default_settings") or {}
         if args.behavior:
