@@ -1,4 +1,4 @@
-"""How the stand-in player is named, given its scene, and started like a Unity build.
+"""Starting the stand-in player as a Unity build is started: its scene, its parameters, its launcher.
 
 :func:`load_scene` creates the ``BaseEnv`` a player serves (an embedded scene's name or your own
 ``module:factory``), :func:`parse_param` reads the ``--param key=value`` a launcher passes, and
