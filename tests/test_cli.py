@@ -521,6 +521,27 @@ def test_curriculum_survives_resume_without_the_config(tmp_path: Path, monkeypat
 
 
 @QUIET_MLAGENTS_CONFIG
+def test_eval_runs_at_the_lessons_the_model_was_trained_at(tmp_path: Path, monkeypatch, capsys) -> None:
+    import json
+
+    config = _curriculum_yaml(tmp_path / "curriculum.yaml")
+    assert main(["train", "--results-dir", str(tmp_path), "--run-id", "c", "--config", str(config), *TINY]) == 0
+    run = tmp_path / "c"
+    resets = _record_scene_resets(monkeypatch)
+    capsys.readouterr()
+    assert main(["eval", str(run), "--episodes", "2"]) == 0
+    assert "trained at: {'scale': 1}" in capsys.readouterr().out
+    assert resets and all(scale == 1.5 for scale in resets), f"lesson 1 is scale 1.5: {resets}"
+    # a checkpoint: its run's curriculum, at the lesson saved with that checkpoint
+    _, first = list_checkpoints(run / "checkpoints")[0]
+    lesson = json.loads(first.with_name(first.stem + ".curriculum.json").read_text())["parameters"]
+    resets.clear()
+    assert main(["eval", str(first), "--episodes", "2"]) == 0
+    scale = 1.0 + 0.5 * lesson["lesson_numbers"]["scale"]
+    assert resets and all(value == scale for value in resets), f"lesson {lesson}: {resets}"
+
+
+@QUIET_MLAGENTS_CONFIG
 def test_ctrl_c_saves_the_curriculum_with_its_checkpoint(tmp_path: Path, monkeypatch) -> None:
     import json
 

@@ -21,15 +21,26 @@ from __future__ import annotations
 
 import argparse
 import pickle
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from unity_sb3.run import CONFIG_FILE, MODEL_FILE, RunConfig, make_vec_env, unity_open_kwargs
+from unity_sb3.callbacks.curriculum import CURRICULUM_FILE, load_curriculum_state
+from unity_sb3.run import (
+    CONFIG_FILE,
+    MODEL_FILE,
+    RunConfig,
+    _curriculum_file_for,
+    make_vec_env,
+    unity_open_kwargs,
+)
 from unity_sb3.slots import predict_masks
+from unity_sb3.unity.errors import UnityConfigurationError
+from unity_sb3.unity.parameters import EnvironmentParameters
 
-__all__ = ["evaluate_matches_from_args", "load_player_model"]
+__all__ = ["at_trained_lessons", "evaluate_matches_from_args", "load_player_model"]
 
 NORMALIZE_FILE = "vecnormalize.pkl"
 
@@ -216,13 +227,39 @@ def evaluate(
     return float(values.mean()), float(values.std())
 
 
+def at_trained_lessons(config: RunConfig, model_path: Path, folder: Path) -> RunConfig:
+    """``config`` with its curricula at the lessons ``model_path`` was last trained at.
+
+    The lessons are the state saved with the model (a checkpoint's own copy, else the run's
+    ``curriculum.json``); without a curriculum or a saved state, ``config`` is returned as it is
+    (every curriculum at lesson 0, where Unity starts).
+
+    :param config: the run's configuration (not changed).
+    :param model_path: the model or checkpoint evaluated.
+    :param folder: its run folder.
+    :raises UnityConfigurationError: the saved state does not fit the run's curricula.
+    """
+    params = config.open_kwargs.get("environment_parameters")
+    state_file = _curriculum_file_for(model_path, folder / CURRICULUM_FILE)
+    if not params or not state_file.is_file():
+        return config
+    parameters = EnvironmentParameters(params, seed=config.seed)
+    if not parameters.has_curriculum:
+        return config
+    try:
+        parameters.load_state_dict(load_curriculum_state(state_file)["parameters"])
+    except UnityConfigurationError as error:
+        raise UnityConfigurationError(
+            f"{state_file} does not fit the run's environment_parameters ({folder / CONFIG_FILE}): {error}"
+        ) from None
+    lessons = {n: parameters.lesson_numbers[n] for n, p in parameters.parameters.items() if p.is_curriculum}
+    print(f"Evaluating at the lessons the model was trained at: {lessons} (from {state_file})")
+    return replace(config, open_kwargs={**config.open_kwargs, "environment_parameters": parameters})
+
+
 def evaluate_from_args(args: argparse.Namespace) -> int:
-    model_path = Path(args.model)
-    run_dir = model_path if model_path.is_dir() else model_path.parent
-    if model_path.is_dir():
-        model_path = model_path / MODEL_FILE
-    saved = run_dir / CONFIG_FILE
-    config = RunConfig(**yaml.safe_load(saved.read_text())) if saved.exists() else RunConfig()
+    model_path, folder = _model_and_folder(args.model)
+    config = at_trained_lessons(_saved_config(folder), model_path, folder)
     if args.env:
         config.env = args.env
     if args.algo:
