@@ -525,7 +525,9 @@ def test_eval_runs_at_the_lessons_the_model_was_trained_at(tmp_path: Path, monke
     import json
 
     config = _curriculum_yaml(tmp_path / "curriculum.yaml")
-    assert main(["train", "--results-dir", str(tmp_path), "--run-id", "c", "--config", str(config), *TINY]) == 0
+    assert (
+        main(["train", "--results-dir", str(tmp_path), "--run-id", "c", "--config", str(config), *TINY]) == 0
+    )
     run = tmp_path / "c"
     resets = _record_scene_resets(monkeypatch)
     capsys.readouterr()

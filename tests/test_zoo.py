@@ -186,6 +186,35 @@ def test_reward_signals_from_a_zoo_file(tmp_path: Path) -> None:
     assert model.n_envs == 4  # open_kwargs reached the scene
 
 
+def test_curriculum_from_a_zoo_file_advances_training_and_evaluation(tmp_path: Path, monkeypatch) -> None:
+    from unity_sb3.scenes.base import EmbeddedScene
+
+    real_param, scales = EmbeddedScene._param, {}
+
+    def param(self, key: str, n: int):
+        values = real_param(self, key, n)
+        if key == "scale":  # each scene instance (training, evaluation): the scale of every episode begun
+            scales.setdefault(id(self), []).extend(values.tolist())
+        return values
+
+    monkeypatch.setattr(EmbeddedScene, "_param", param)
+    criteria = {"measure": "progress", "threshold": 0.25, "behavior": "3DBall", "min_lesson_length": 1}
+    lessons = [{"name": "a", "value": 1.0, "completion_criteria": criteria}, {"name": "b", "value": 1.5}]
+    conf = tmp_path / "conf.yml"
+    entry = {"n_timesteps": 960, "policy": "MlpPolicy", "n_steps": 10, "batch_size": 120}
+    entry["open_kwargs"] = {
+        "transport": "inprocess",
+        "environment_parameters": {"scale": {"curriculum": lessons}},
+    }
+    conf.write_text(yaml.safe_dump({"unity_sb3/Ball3D-v0": entry}))
+    args = ["--eval-freq", "480", "--eval-episodes", "12", "-conf", str(conf)]
+    _train(tmp_path, "ppo", "unity_sb3/Ball3D-v0", *args)
+    training, evaluation = scales.values()  # the training env opens first
+    # both begin at lesson a and end at lesson b (the evaluation env's last episodes begin after 480 steps)
+    for began in (training, evaluation):
+        assert began[0] == 1.0 and began[-1] == 1.5 and set(began) == {1.0, 1.5}, began
+
+
 def test_optimize_two_trials(tmp_path: Path) -> None:
     zoo.train(
         [

@@ -17,7 +17,8 @@ with three additions:
   :func:`~unity_sb3.open.open_unity` (``transport``, ``time_scale`` via
   ``engine_settings``, ``environment_parameters``, scene parameters such as ``num_agents``).
   ``open_kwargs:`` in a hyperparameter file (the key ``unity-sb3 train`` reads) is merged
-  into them.
+  into them. A curriculum in ``environment_parameters`` advances during training, as with
+  ``unity-sb3 train`` (a ``CurriculumCallback``), and the evaluation envs follow its lessons.
 - **Hyperparameters.** For Unity ids the default ``--conf-file`` is
   ``unity_sb3/config/hyperparams/<algo>.yml``. Frequencies RL Zoo counts in ``VecEnv`` steps
   (``--eval-freq``, ``--save-freq``, optimisation evaluations) are converted back to agent
@@ -351,7 +352,25 @@ def _experiment_manager_class():
                         callback.eval_freq = max(1, callback.eval_freq // slots)
                     elif isinstance(callback, CheckpointCallback):
                         callback.save_freq = max(1, callback.save_freq // slots)
+                self.callbacks.extend(self._curriculum_callbacks(model))
             super().learn(model)
+
+        def _curriculum_callbacks(self, model: Any) -> list[Any]:
+            """A ``CurriculumCallback`` when the env kwargs hold a curriculum, as ``unity-sb3 train`` adds.
+
+            It advances the lessons of the training env's instances and of every evaluation env's,
+            so that evaluations run at the lesson being trained.
+            """
+            from unity_sb3.callbacks.curriculum import CurriculumCallback, mlagents_callbacks
+            from unity_sb3.unity.channels import find_channels
+
+            if not mlagents_callbacks(self.env_kwargs):
+                return []
+            evaluation = [c.eval_env for c in self.callbacks if isinstance(c, EvalCallback)]
+            if not evaluation:  # the callback finds (and, after a crash restart, finds again) the channels
+                return [CurriculumCallback(behavior_name=self.env_kwargs.get("behavior_name"))]
+            channels = [c for env in [model.get_env(), *evaluation] for c in find_channels(env)]
+            return [CurriculumCallback(channels=channels, behavior_name=self.env_kwargs.get("behavior_name"))]
 
         def objective(self, trial: Any) -> float:
             if not self.is_unity:
