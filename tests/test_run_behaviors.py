@@ -37,6 +37,16 @@ def shrunk(source: Path, target: Path, self_play: bool = True, trainer_type: dic
     return target
 
 
+def strikers_vs_goalie_two_trainers(tmp_path: Path) -> Path:
+    """Unity's StrikersVsGoalie.yaml shrunk, without self-play, the goalie trained by PPO (strikers: POCA)."""
+    return shrunk(
+        UNITY_CONFIGS / "poca" / "StrikersVsGoalie.yaml",
+        tmp_path / "svg.yaml",
+        self_play=False,
+        trainer_type={"Goalie": "ppo"},
+    )
+
+
 def train_args(tmp_path: Path, config: Path, env: str, *extra: str) -> list[str]:
     return [
         "train",
@@ -58,12 +68,7 @@ def load_state(path: Path) -> dict:
 
 
 def test_a_yaml_with_two_behaviors_trains_both_with_their_own_trainer(tmp_path: Path) -> None:
-    config = shrunk(
-        UNITY_CONFIGS / "poca" / "StrikersVsGoalie.yaml",
-        tmp_path / "svg.yaml",
-        self_play=False,
-        trainer_type={"Goalie": "ppo"},
-    )
+    config = strikers_vs_goalie_two_trainers(tmp_path)
     assert main(train_args(tmp_path, config, "StrikersVsGoalie")) == 0
     run = tmp_path / "results" / "run"
     whole = yaml.safe_load((run / "config.yaml").read_text())
@@ -83,6 +88,40 @@ def test_a_yaml_with_two_behaviors_trains_both_with_their_own_trainer(tmp_path: 
     # each behavior's buffer_size over its own slots: 8 goalies (96 steps), 16 strikers (64 steps)
     assert (goalie.n_steps, goalie.n_envs) == (12, 8) and (striker.n_steps, striker.n_envs) == (4, 16)
     assert goalie.num_timesteps >= 200 and striker.num_timesteps >= 200
+
+
+def test_curriculum_of_several_behaviors_is_saved_and_resumed(tmp_path: Path, monkeypatch) -> None:
+    import json
+
+    from unity_sb3.scenes.base import EmbeddedScene
+
+    config = strikers_vs_goalie_two_trainers(tmp_path)
+    data = yaml.safe_load(config.read_text())
+    criteria = {"measure": "progress", "behavior": "Striker", "threshold": 0.1, "min_lesson_length": 0}
+    lessons = [{"name": "a", "value": 0.0, "completion_criteria": criteria}, {"name": "b", "value": 0.5}]
+    data["environment_parameters"] = {"ball_touch": {"curriculum": lessons}}
+    config.write_text(yaml.safe_dump(data))
+    assert main(train_args(tmp_path, config, "StrikersVsGoalie")) == 0
+    run = tmp_path / "results" / "run"
+    for behavior in ("Striker", "Goalie"):
+        state = json.loads((run / behavior / "curriculum.json").read_text())
+        assert state["parameters"]["lesson_numbers"] == {"ball_touch": 1}, behavior
+        [*_, (_, newest)] = list_checkpoints(run / behavior / "checkpoints")
+        assert newest.with_name(newest.stem + ".curriculum.json").is_file(), "a copy beside each checkpoint"
+
+    real_param, began = EmbeddedScene._param, []
+
+    def param(self, key: str, n: int):
+        values = real_param(self, key, n)
+        if key == "ball_touch":
+            began.extend(values.tolist())
+        return values
+
+    monkeypatch.setattr(EmbeddedScene, "_param", param)
+    resumed = train_args(tmp_path, config, "StrikersVsGoalie", "--resume")
+    resumed[resumed.index("200")] = "400"
+    assert main(resumed) == 0
+    assert began and set(began) == {0.5}, "every episode of the resumed run at lesson b"
 
 
 @pytest.mark.parametrize(
@@ -228,12 +267,7 @@ def test_self_play_sections_resolve_per_behavior() -> None:
 def test_a_crash_in_one_learner_stops_every_behavior_and_names_it(tmp_path: Path, monkeypatch) -> None:
     from unity_sb3 import POCA
 
-    config = shrunk(
-        UNITY_CONFIGS / "poca" / "StrikersVsGoalie.yaml",
-        tmp_path / "svg.yaml",
-        self_play=False,
-        trainer_type={"Goalie": "ppo"},
-    )
+    config = strikers_vs_goalie_two_trainers(tmp_path)
 
     def boom(self) -> None:
         raise RuntimeError("boom in the update")

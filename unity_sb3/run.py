@@ -262,12 +262,7 @@ def train(
         curriculum = next((c for c in extra if isinstance(c, CurriculumCallback)), None)
 
         def save_curriculum(checkpoint_path: Path | None = None) -> None:
-            if curriculum is None:
-                return
-            save_curriculum_state(curriculum, curriculum_file, model.num_timesteps)
-            if checkpoint_path is not None:  # the checkpoint's own copy, pruned with it
-                companion = checkpoint_path.with_name(checkpoint_path.stem + CHECKPOINT_CURRICULUM_SUFFIX)
-                save_curriculum_state(curriculum, companion, model.num_timesteps)
+            save_curriculum_files(curriculum, curriculum_file, model.num_timesteps, checkpoint_path)
 
         if curriculum is not None and curriculum_state is not None:
             _check_curriculum_step(curriculum_state, model.num_timesteps, curriculum_file)
@@ -369,6 +364,24 @@ def find_resume_point(run_dir: str | Path) -> Path:
         "copy or a full disk?). Copy a good model.zip or checkpoint into the run folder (a checkpoint "
         "goes into checkpoints/), or start again without --resume (--force overwrites this folder)."
     )
+
+
+def save_curriculum_files(
+    curriculum: Any, run_file: Path, num_timesteps: int, checkpoint_path: Path | None = None
+) -> None:
+    """Write a ``CurriculumCallback``'s state to ``run_file`` and, for a checkpoint, beside it.
+
+    :param curriculum: the run's ``CurriculumCallback``, or ``None`` (nothing is written).
+    :param run_file: the run's (or behavior's) ``curriculum.json``.
+    :param num_timesteps: the model's step count, checked against the model on ``--resume``.
+    :param checkpoint_path: the checkpoint just saved: its own copy goes beside it, pruned with it.
+    """
+    if curriculum is None:
+        return
+    save_curriculum_state(curriculum, run_file, num_timesteps)
+    if checkpoint_path is not None:
+        companion = checkpoint_path.with_name(checkpoint_path.stem + CHECKPOINT_CURRICULUM_SUFFIX)
+        save_curriculum_state(curriculum, companion, num_timesteps)
 
 
 def _curriculum_file_for(start_from: Path, run_file: Path) -> Path:

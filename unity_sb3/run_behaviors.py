@@ -19,11 +19,13 @@ A run lives in ``results/<run>/``::
         config.yaml               its RunConfig (unity-sb3 eval / export read it)
         model.zip  model.onnx     the final model, and its ONNX when the export supports the algorithm
         selfplay.pt               self-play: snapshot pool, ELO and counters saved with model.zip
-        checkpoints/              checkpoint_<n>_steps.zip (+ .selfplay.pt beside each)
+        curriculum.json           with a curriculum: the lessons and this behavior's recent returns
+        checkpoints/              checkpoint_<n>_steps.zip (+ .selfplay.pt, .curriculum.json beside each)
         monitor.csv  tb/  vecnormalize.pkl  learning_curve.png
 
 ``--resume`` resumes every behavior from its newest readable model (``find_resume_point``) with
-the self-play state saved with it. Ctrl-C checkpoints every behavior. A crash in one learner
+the self-play and curriculum state saved with it (the lessons of the first behavior's, shared by
+all; each behavior's own recent returns). Ctrl-C checkpoints every behavior. A crash in one learner
 stops the others and the error names the behavior.
 
 From Python::
@@ -50,11 +52,13 @@ from typing import Any
 
 import yaml
 
+from unity_sb3.callbacks.curriculum import CURRICULUM_FILE
 from unity_sb3.config.hyperparams import HYPERPARAMS_DIR, gym_id, read_yaml
 from unity_sb3.run import (
     CONFIG_FILE,
     MODEL_FILE,
     RunConfig,
+    _curriculum_file_for,
     _default_env_and_algo,
     _monitor_files,
     _plain,
@@ -64,6 +68,7 @@ from unity_sb3.run import (
     find_resume_point,
     resumed_config,
     run_dir_from_args,
+    save_curriculum_files,
     saved_run_config,
     unity_open_kwargs,
 )
@@ -212,11 +217,22 @@ class _Behavior:
         self.start_from: Path | None = None
         self.self_play: Any = None
         self.checkpoint: Any = None
+        self.curriculum: Any = None
         self.env: Any = None
 
     def monitor_file(self) -> Path:
         segment = len(_monitor_files(self.dir))  # SB3 keeps only names ending in monitor.csv
         return self.dir / ("monitor.csv" if segment == 0 else f"resume-{segment}.monitor.csv")
+
+    def curriculum_state(self) -> Path:
+        """The curriculum state saved with the model the run resumes from (a checkpoint's own copy, else
+        the behavior's ``curriculum.json``)."""
+        assert self.start_from is not None
+        return _curriculum_file_for(self.start_from, self.dir / CURRICULUM_FILE)
+
+    def save_curriculum(self, num_timesteps: int, checkpoint_path: Path | None = None) -> None:
+        """Write the curriculum state to ``curriculum.json`` (and beside ``checkpoint_path``)."""
+        save_curriculum_files(self.curriculum, self.dir / CURRICULUM_FILE, num_timesteps, checkpoint_path)
 
     def self_play_state(self) -> Path:
         """The state saved with the model the run resumes from (a checkpoint's own copy)."""
@@ -265,7 +281,9 @@ def train_behaviors(
         for run in runs.values():
             run.start_from = find_resume_point(run.dir)
     first = next(iter(configs.values()))
-    open_config, _ = _prepare_curriculum(first, None)
+    # the lessons of the first behavior's saved state, loaded before Unity opens (shared by every behavior)
+    lead = next(iter(runs.values()))
+    open_config, _ = _prepare_curriculum(first, lead.curriculum_state() if lead.start_from else None)
     run_dir.mkdir(parents=True, exist_ok=True)
     whole = {"env": first.env, "algo": first.algo, "behaviors": {n: asdict(c) for n, c in configs.items()}}
     (run_dir / CONFIG_FILE).write_text(yaml.safe_dump(_plain(whole), sort_keys=False))
@@ -387,18 +405,34 @@ def _factory(run: _Behavior, resume: bool, device: str, verbose: int) -> Any:
 
 def _callbacks(run: _Behavior, open_kwargs: Mapping[str, Any], bar: Any) -> list[Any]:
     from unity_sb3.callbacks.checkpoint import AtomicCheckpointCallback, SummaryCallback
-    from unity_sb3.callbacks.curriculum import mlagents_callbacks
+    from unity_sb3.callbacks.curriculum import CurriculumCallback, load_curriculum_state, mlagents_callbacks
 
     config = run.config
     callbacks = [*mlagents_callbacks(open_kwargs, run.name)]
+    run.curriculum = next((c for c in callbacks if isinstance(c, CurriculumCallback)), None)
+    if run.curriculum is not None and run.start_from is not None and run.curriculum_state().is_file():
+        # this behavior's recent returns; the lessons are the shared ones loaded before Unity opened
+        own = load_curriculum_state(run.curriculum_state())
+        run.curriculum.load_state_dict(
+            {
+                "parameters": run.curriculum.parameters.state_dict(),
+                "reward_buffer": own.get("reward_buffer", []),
+            }
+        )
     if run.self_play is not None:
         callbacks.append(run.self_play)
+
+    def on_save(path: Path) -> None:
+        if run.self_play is not None:
+            run.self_play.on_checkpoint(path)
+        run.save_curriculum(run.checkpoint.model.num_timesteps, path)
+
     run.checkpoint = AtomicCheckpointCallback(
         config.checkpoint_every,
         run.dir / "checkpoints",
         keep_last=config.keep_checkpoints,
         save_replay_buffer=config.save_replay_buffer,
-        on_save=run.self_play.on_checkpoint if run.self_play is not None else None,
+        on_save=on_save,
     )
     callbacks.append(run.checkpoint)
     if config.summary_freq:
@@ -454,6 +488,7 @@ def _learn_and_save(
     for name, run in runs.items():
         model = trainer.models[name]
         saved[name] = save_atomic(model, run.dir / MODEL_FILE)
+        run.save_curriculum(model.num_timesteps)
         if run.self_play is not None:
             run.self_play.save(run.dir / SELF_PLAY_FILE)
         if run.config.save_replay_buffer and not interrupted:
