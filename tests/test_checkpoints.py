@@ -1,4 +1,4 @@
-"""Checkpoints: written on SIGINT and resumed to the total; reward-signal, POCA and SAC state come back."""
+"""Checkpoints: written on SIGINT or SIGTERM and resumed to the total; reward-signal, POCA and SAC state come back."""
 
 from __future__ import annotations
 
@@ -14,21 +14,22 @@ from stable_baselines3.common.callbacks import BaseCallback
 
 from unity_sb3.wrappers.vec_env import UnityVecEnv
 
+BASE = [PYTHON, "-m", "unity_sb3.cli", "train", "--env", "Ball3D", "--transport", "inprocess"]
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
-def test_cli_train_interrupted_by_sigint_checkpoints_and_resumes_to_the_total(tmp_path):
-    from stable_baselines3 import PPO
 
+def _train_then_signal(results: Path, sig: signal.Signals) -> tuple[int, str]:
+    """Start a long ``unity-sb3 train`` run, send ``sig`` after its first periodic checkpoint.
+
+    :return: the exit code and the output.
+    """
     from unity_sb3.callbacks.checkpoint import list_checkpoints
 
-    run_dir = tmp_path / "results" / "soak"
-    checkpoints = run_dir / "checkpoints"
-    base = [PYTHON, "-m", "unity_sb3.cli", "train", "--env", "Ball3D", "--transport", "inprocess"]
-    common = ["--results-dir", str(tmp_path / "results"), "--run-id", "soak", "--no-progress"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    common = ["--results-dir", str(results), "--run-id", "soak", "--no-progress"]
     process = subprocess.Popen(
-        [*base, *common, "--n-timesteps", "1000000", "--checkpoint-every", "1000"],
+        [*BASE, *common, "--n-timesteps", "1000000", "--checkpoint-every", "1000"],
         cwd=ROOT,
-        env=env,
+        env=ENV,
         # a shell running this suite in the background ignores SIGINT, and children inherit that;
         # restore the default so Python turns SIGINT into KeyboardInterrupt as in a terminal
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
@@ -37,25 +38,50 @@ def test_cli_train_interrupted_by_sigint_checkpoints_and_resumes_to_the_total(tm
         text=True,
     )
     try:
-        wait_for(lambda: list_checkpoints(checkpoints), 180, "the first periodic checkpoint")
-        process.send_signal(signal.SIGINT)
+        wait_for(
+            lambda: list_checkpoints(results / "soak" / "checkpoints"), 180, "the first periodic checkpoint"
+        )
+        process.send_signal(sig)
         out, _ = process.communicate(timeout=300)  # saving, closing and plotting; slow on a loaded machine
     finally:
         if process.poll() is None:
             process.kill()
             process.wait()
-    assert process.returncode == 0, out
+    return process.returncode, out
+
+
+def _interrupt_checkpoint(run_dir: Path, code: int, out: str) -> int:
+    """Check that the interrupted run wrote its own checkpoint and its model; return the checkpoint's steps."""
+    from stable_baselines3 import PPO
+
+    from unity_sb3.callbacks.checkpoint import list_checkpoints
+
+    assert code == 0, out
     assert "Interrupted: saved checkpoint" in out and "continue with --resume" in out
-    interrupted_at, newest = list_checkpoints(checkpoints)[-1]
+    interrupted_at, newest = list_checkpoints(run_dir / "checkpoints")[-1]
     assert interrupted_at > 1000, "the interrupt wrote its own checkpoint after the periodic one"
     assert PPO.load(newest, device="cpu").num_timesteps == interrupted_at
     assert (run_dir / "model.zip").is_file()
+    return interrupted_at
+
+
+def test_cli_train_stopped_by_sigterm_checkpoints_as_ctrl_c_does(tmp_path):
+    code, out = _train_then_signal(tmp_path / "results", signal.SIGTERM)
+    _interrupt_checkpoint(tmp_path / "results" / "soak", code, out)
+
+
+def test_cli_train_interrupted_by_sigint_checkpoints_and_resumes_to_the_total(tmp_path):
+    from stable_baselines3 import PPO
+
+    run_dir = tmp_path / "results" / "soak"
+    common = ["--results-dir", str(tmp_path / "results"), "--run-id", "soak", "--no-progress"]
+    interrupted_at = _interrupt_checkpoint(run_dir, *_train_then_signal(tmp_path / "results", signal.SIGINT))
 
     total = interrupted_at + 3000  # less than one more rollout (256 steps x 12 agents)
     result = subprocess.run(
-        [*base, *common, "--n-timesteps", str(total), "--resume"],
+        [*BASE, *common, "--n-timesteps", str(total), "--resume"],
         cwd=ROOT,
-        env=env,
+        env=ENV,
         capture_output=True,
         text=True,
         timeout=300,

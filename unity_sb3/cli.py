@@ -8,8 +8,12 @@ stand-in Unity player (the same gRPC path a Unity build uses) and writes everyth
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 
 def _checked(key: str, value: int | float) -> int | float:
@@ -222,6 +226,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM (a scheduler's stop, ``kill``) ends training as Ctrl-C does: a checkpoint, then exit 0."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers can only be set from the main thread
+        return
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``unity-sb3`` console script."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -233,7 +254,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from unity_sb3.run_behaviors import train_from_args  # several behaviors / self-play, else run.py
 
         try:
-            return train_from_args(args)
+            with _sigterm_as_interrupt():
+                return train_from_args(args)
         except ResumeError as error:  # what was wrong and what to do, without a traceback
             print(f"unity-sb3 train: error: {error}", file=sys.stderr)
             return 2
