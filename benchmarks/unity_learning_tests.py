@@ -1,9 +1,12 @@
-"""Unity's learning tests for memory, entity lists, goals and hybrid actions: how often each trainer passes.
+"""Unity's learning tests (``test_simple_rl.py``, ``test_hybrid.py``): how often each trainer passes.
 
-Each case is one of Unity's ``test_simple_rl.py`` / ``test_hybrid.py`` tests (memory, variable-length
-observations with goal signals, hybrid actions): a scene of ``simple_test_envs.py``, one of Unity's
-dummy trainer configs evolved as the test evolves it, a budget (``max_steps``) and the check of
-``check_environment_trains``: the mean of the last 5 training episodes' rewards above 0.9. Unity runs
+Each case is one of Unity's ``test_simple_rl.py`` / ``test_hybrid.py`` tests (the simple, 2-D, visual
+and advanced-encoder cases of PPO, SAC and POCA; memory; variable-length observations with goal
+signals; hybrid actions; not GAIL and self-play, which only ``tests/test_unity_learning_tests.py``
+runs): a scene of ``simple_test_envs.py``, one of Unity's dummy trainer configs evolved as the test
+evolves it, a budget (``max_steps``) and the check of ``check_environment_trains``: the mean of the
+last 5 training episodes' rewards above the test's threshold (0.9; 0.8 for ``2d_sac``, 0.5 for the
+advanced encoders). Unity runs
 each test with one training seed; this script runs each case for several seeds, interleaved, with
 
 (a) ML-Agents' own trainer (``--mlagents-python``: a Python with the ``mlagents`` 1.1.0 package;
@@ -54,6 +57,8 @@ class Case:
     :param hyperparameters: changes to the dummy config's hyperparameters.
     :param memory: ``network_settings.memory`` (``memory_size``, ``sequence_length``), or None.
     :param hyper_goals: ``network_settings.goal_conditioning_type: hyper`` (the default anyway).
+    :param network: other changes to the dummy config's ``network_settings`` (``vis_encode_type``, ...).
+    :param threshold: the test's ``success_threshold`` on the last-5 mean (Unity: 0.9 unless said).
     :param max_steps: the budget in agent-steps.
     :param unity_seed: the training seed of Unity's test.
     """
@@ -66,6 +71,8 @@ class Case:
     hyper_goals: bool = False
     max_steps: int | None = None
     unity_seed: int = 1337
+    network: dict[str, Any] = field(default_factory=dict)
+    threshold: float = THRESHOLD
 
 
 def cases() -> dict[str, Case]:
@@ -160,6 +167,7 @@ def cases() -> dict[str, Case]:
             max_steps=3000,
             unity_seed=sac_seed,
         )
+    _add_basic_cases(out)
     memory_scene = {"action_sizes": (1, 1), "step_size": 0.5}
     out["hybrid_recurrent_ppo"] = Case(
         "memory",
@@ -179,6 +187,72 @@ def cases() -> dict[str, Case]:
         unity_seed=1212,
     )
     return out
+
+
+def _add_basic_cases(out: dict[str, Case]) -> None:
+    """Unity's basic ``test_simple_rl.py`` cases (simple, 2-D, visual, advanced encoders, POCA) into ``out``."""
+    actions = {"continuous": (1, 0), "discrete": (0, 1)}
+    for kind, sizes in actions.items():
+        out[f"simple_ppo-{kind}"] = Case("simple", "ppo", {"action_sizes": sizes})
+        out[f"simple_sac-{kind}"] = Case("simple", "sac", {"action_sizes": sizes})
+        out[f"simple_poca-{kind}"] = Case("team", "poca", {"action_sizes": sizes})
+        two = (2 * sizes[0], 2 * sizes[1])
+        out[f"2d_ppo-{kind}"] = Case(
+            "simple",
+            "ppo",
+            {"action_sizes": two, "step_size": 0.8},
+            {"batch_size": 64, "buffer_size": 640},
+            max_steps=10000,
+        )
+        out[f"2d_sac-{kind}"] = Case(
+            "simple",
+            "sac",
+            {"action_sizes": two, "step_size": 0.8},
+            {"buffer_init_steps": 2000},
+            max_steps=3000,
+            threshold=0.8,
+        )
+        for vis in (1, 2):
+            scene = {"action_sizes": sizes, "num_visual": vis, "num_vector": 0, "step_size": 0.2}
+            for shared in (True, False):
+                out[f"visual_ppo-{kind}-vis{vis}-{'shared' if shared else 'separate'}"] = Case(
+                    "simple", "ppo", scene, {"learning_rate": 3.0e-4, "shared_critic": shared}
+                )
+            out[f"visual_sac-{kind}-vis{vis}"] = Case(
+                "simple", "sac", scene, {"batch_size": 16, "learning_rate": 3e-4}
+            )
+    for vis in (1, 2):
+        out[f"visual_poca-vis{vis}"] = Case(
+            "team", "poca", {"action_sizes": (0, 1), "num_visual": vis}, {"learning_rate": 3.0e-4}
+        )
+        for encoder, shape in (("resnet", (3, 36, 36)), ("nature_cnn", (3, 36, 36)), ("match3", (5, 5, 5))):
+            scene = {
+                "action_sizes": (0, 1),
+                "num_visual": vis,
+                "num_vector": 0,
+                "step_size": 0.5,
+                "vis_obs_size": shape,
+            }
+            # Unity evolves SAC's network settings (1 x 16) for both trainers
+            network = {"vis_encode_type": encoder, "num_layers": 1, "hidden_units": 16}
+            out[f"visual_advanced_ppo-{encoder}-vis{vis}"] = Case(
+                "simple",
+                "ppo",
+                scene,
+                {"learning_rate": 3.0e-4},
+                max_steps=900,
+                network=network,
+                threshold=0.5,
+            )
+            out[f"visual_advanced_sac-{encoder}-vis{vis}"] = Case(
+                "simple",
+                "sac",
+                scene,
+                {"batch_size": 16, "learning_rate": 3e-4, "buffer_init_steps": 0},
+                max_steps=100,
+                network=network,
+                threshold=0.5,
+            )
 
 
 def _processed(final_rewards: list[float]) -> float:
@@ -207,6 +281,8 @@ def run_mlagents(src: Path, case: Case, seed: int) -> dict[str, Any]:
     model_serialization.ModelSerializer.export_policy_model = lambda self, path: None
     kwargs = dict(case.scene_kwargs)
     kwargs["action_sizes"] = tuple(kwargs["action_sizes"])
+    if "vis_obs_size" in kwargs:
+        kwargs["vis_obs_size"] = tuple(kwargs["vis_obs_size"])
     if case.scene == "memory":
         env = simple_test_envs.MemoryEnvironment([BEHAVIOR], **kwargs)
     elif case.scene == "team":
@@ -215,6 +291,13 @@ def run_mlagents(src: Path, case: Case, seed: int) -> dict[str, Any]:
         env = simple_test_envs.SimpleEnvironment([BEHAVIOR], **kwargs)
     config = getattr(dummy_config, f"{case.trainer}_dummy_config")()
     network = config.network_settings
+    if case.network:
+        from mlagents.trainers.settings import EncoderType
+
+        changes = dict(case.network)
+        if "vis_encode_type" in changes:
+            changes["vis_encode_type"] = EncoderType(changes["vis_encode_type"])
+        network = attr.evolve(network, **changes)
     if case.memory is not None:
         network = attr.evolve(network, memory=NetworkSettings.MemorySettings(**case.memory))
     if case.hyper_goals:
@@ -320,6 +403,8 @@ def run_ours(case: Case, seed: int) -> dict[str, Any]:
     kwargs = dict(case.scene_kwargs)
     kwargs["action_sizes"] = tuple(kwargs["action_sizes"])
     kwargs["goal_indices"] = tuple(kwargs.get("goal_indices", ()))
+    if "vis_obs_size" in kwargs:
+        kwargs["vis_obs_size"] = tuple(kwargs["vis_obs_size"])
     if case.scene == "team":
         sizes = kwargs.pop("action_sizes")
         scene, behavior = GoalLineTeam(2, discrete=sizes == (0, 1), seed=seed, **kwargs), TEAM_BEHAVIOR
@@ -327,7 +412,7 @@ def run_ours(case: Case, seed: int) -> dict[str, Any]:
         show = 2 if case.scene == "memory" else None
         scene, behavior = GoalLine(seed=seed, show_steps=show, **kwargs), LINE
     changes: dict[str, Any] = {"hyperparameters": case.hyperparameters}
-    network: dict[str, Any] = {}
+    network: dict[str, Any] = dict(case.network)
     if case.memory is not None:
         network["memory"] = case.memory
     if case.hyper_goals:
@@ -404,7 +489,12 @@ def main(argv: list[str] | None = None) -> None:
                 extra = ["--mlagents-src", str(args.mlagents_src)] if trainer == "mlagents" else []
                 worker = ["--worker", trainer, "--case", name, "--seed", str(seed), *extra]
                 result = _worker(python, worker, script=Path(__file__).resolve())
-                result.update(case=name, trainer=trainer, seed=seed, passed=bool(result["last5"] > THRESHOLD))
+                result.update(
+                    case=name,
+                    trainer=trainer,
+                    seed=seed,
+                    passed=bool(result["last5"] > table[name].threshold),
+                )
                 runs.append(result)
                 print(
                     f"{name:45s} seed {seed:5d} {trainer:8s} last-5 mean {result['last5']:6.3f} "

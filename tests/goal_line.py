@@ -39,6 +39,7 @@ def observation_specs(
     num_var_len: int,
     goal_indices: tuple[int, ...],
     plain: DimensionProperty = DimensionProperty.UNSPECIFIED,
+    vis_obs_size: tuple[int, int, int] = VIS_OBS_SIZE,
 ) -> list[ObservationSpec]:
     """Unity's ``create_observation_specs_with_shapes``: vectors, then images, then entity lists.
 
@@ -47,7 +48,7 @@ def observation_specs(
     """
     if (num_vector, num_visual, num_var_len) == (1, 0, 0) and not goal_indices:
         return [ObservationSpec((1,), (plain,), ObservationType.DEFAULT, "goal")]
-    shapes = [(1,)] * num_vector + [VIS_OBS_SIZE] * num_visual + [VAR_LEN_SIZE] * num_var_len
+    shapes = [(1,)] * num_vector + [tuple(vis_obs_size)] * num_visual + [VAR_LEN_SIZE] * num_var_len
     specs = []
     for i, shape in enumerate(shapes):
         dims = (
@@ -87,9 +88,12 @@ class GoalLine(BaseEnv):
     :param show_steps: ``MemoryEnvironment``: the goal is shown while the episode's move count is at
         most this (Unity: 2; each action of a step counts as a move, as Unity's ``step_count``), then 0.
     :param num_vector: vector observations of size 1.
-    :param num_visual: images of shape ``VIS_OBS_SIZE`` (channels first).
+    :param num_visual: images of shape ``vis_obs_size`` (channels first; Unity's default ``VIS_OBS_SIZE``).
     :param num_var_len: entity lists of shape ``VAR_LEN_SIZE`` (``VARIABLE_SIZE``, every entity present).
     :param goal_indices: observations that are goal signals (``ObservationType.GOAL_SIGNAL``).
+    :param action_sizes: ``(continuous, branches)`` instead of ``discrete``; each moves its own position.
+    :param vis_obs_size: the images' shape (Unity's ``test_visual_advanced_*``: (3, 36, 36), (5, 5, 5)).
+    :param first_agent_id: the first episode's agent id (each episode takes the next).
     """
 
     def __init__(
@@ -103,6 +107,8 @@ class GoalLine(BaseEnv):
         num_var_len: int = 0,
         goal_indices: tuple[int, ...] = (),
         action_sizes: tuple[int, int] | None = None,
+        vis_obs_size: tuple[int, int, int] = VIS_OBS_SIZE,
+        first_agent_id: int = 1,
     ) -> None:
         self.continuous_size, self.discrete_size = action_sizes or ((0, 1) if discrete else (1, 0))
         self.discrete = self.discrete_size > 0
@@ -110,10 +116,12 @@ class GoalLine(BaseEnv):
         self.show_steps = show_steps
         self.success_reward = SUCCESS_REWARD
         action_spec = ActionSpec(self.continuous_size, (2,) * self.discrete_size)
-        specs = observation_specs(num_vector, num_visual, num_var_len, goal_indices, DimensionProperty.NONE)
+        specs = observation_specs(
+            num_vector, num_visual, num_var_len, goal_indices, DimensionProperty.NONE, vis_obs_size
+        )
         self.spec = BehaviorSpec(specs, action_spec)
         self.random = random.Random(seed)
-        self.agent_id = 0
+        self.agent_id = first_agent_id - 1
         self.final_rewards: list[float] = []
         self._action: ActionTuple | None = None
         self._reset_agent()
@@ -199,7 +207,7 @@ TEAM_BEHAVIOR = "1D"
 #: the goal of every agent comes from its own ``random.Random`` seeded with this string (Unity's
 #: ``SimpleEnvironment`` seeds with the ``str`` of its constructor arguments; with the defaults of
 #: ``test_simple_poca`` every agent draws the same sequence)
-_UNITY_SEED = "(['{name}'], {step_size}, {num_visual}, {num_vector}, {num_var_len}, (3, 20, 20), 1, (10, 5), {action_sizes})"
+_UNITY_SEED = "(['{name}'], {step_size}, {num_visual}, {num_vector}, {num_var_len}, {vis_obs_size}, 1, (10, 5), {action_sizes})"
 
 
 class GoalLineTeam(BaseEnv):
@@ -225,8 +233,8 @@ class GoalLineTeam(BaseEnv):
         continuous action (``(1, 0)``).
     :param step_size: the largest move per step.
     :param seed: seeds every agent's goal draws; ``None``: Unity's seed string for these settings.
-    :param num_vector: ``num_visual``, ``num_var_len``, ``goal_indices``: the observations, as
-        :class:`GoalLine`'s (Unity's ``test_var_len_obs_and_goal_poca``).
+    :param num_vector: ``num_visual``, ``num_var_len``, ``goal_indices``, ``vis_obs_size``: the
+        observations, as :class:`GoalLine`'s (Unity's ``test_var_len_obs_and_goal_poca``).
     """
 
     def __init__(
@@ -239,6 +247,7 @@ class GoalLineTeam(BaseEnv):
         num_visual: int = 0,
         num_var_len: int = 0,
         goal_indices: tuple[int, ...] = (),
+        vis_obs_size: tuple[int, int, int] = VIS_OBS_SIZE,
     ) -> None:
         self.num_agents = num_agents
         self.discrete = discrete
@@ -246,7 +255,8 @@ class GoalLineTeam(BaseEnv):
         self.success_reward = SUCCESS_REWARD
         action_spec = ActionSpec.create_discrete((2,)) if discrete else ActionSpec.create_continuous(1)
         self.spec = BehaviorSpec(
-            observation_specs(num_vector, num_visual, num_var_len, goal_indices), action_spec
+            observation_specs(num_vector, num_visual, num_var_len, goal_indices, vis_obs_size=vis_obs_size),
+            action_spec,
         )
         sizes = (0, 1) if discrete else (1, 0)
         key = (
@@ -256,6 +266,7 @@ class GoalLineTeam(BaseEnv):
                 num_visual=num_visual,
                 num_vector=num_vector,
                 num_var_len=num_var_len,
+                vis_obs_size=tuple(vis_obs_size),
                 action_sizes=sizes,
             )
             if seed is None
@@ -352,6 +363,54 @@ class GoalLineTeam(BaseEnv):
 
     def reset(self) -> None:
         self.dones = [False] * self.num_agents  # as Unity's: positions and goals stay
+
+    def close(self) -> None:
+        pass
+
+
+class GoalLines(BaseEnv):
+    """Unity's ``SimpleEnvironment`` with several behavior names (its self-play tests
+    ``test_simple_ghost`` / ``test_simple_asymm_ghost``): one :class:`GoalLine` agent per behavior,
+    each on its own line with its own goals, all stepped together; nothing passes between them.
+
+    :param names: the behavior names, e.g. ``["1D?team=0", "1D?team=1"]``.
+    :param seed: the first line's goal seed (the next lines take the next seeds).
+    :param line_kwargs: every line's :class:`GoalLine` arguments (``action_sizes``, ``step_size``, ...).
+    """
+
+    def __init__(self, names: list[str], seed: int = 0, **line_kwargs) -> None:
+        self.lines = {
+            name: GoalLine(seed=seed + i, first_agent_id=1 + 1_000_000 * i, **line_kwargs)
+            for i, name in enumerate(names)
+        }
+
+    @property
+    def final_rewards(self) -> dict[str, list[float]]:
+        """Each behavior's episode rewards, in order (Unity's ``final_rewards``)."""
+        return {name: line.final_rewards for name, line in self.lines.items()}
+
+    @property
+    def behavior_specs(self) -> BehaviorMapping:
+        return BehaviorMapping({name: line.spec for name, line in self.lines.items()})
+
+    def set_actions(self, behavior_name: str, action: ActionTuple) -> None:
+        self.lines[behavior_name].set_actions(BEHAVIOR, action)
+
+    def set_action_for_agent(self, behavior_name: str, agent_id: int, action: ActionTuple) -> None:
+        self.lines[behavior_name].set_actions(BEHAVIOR, action)
+
+    def get_steps(self, behavior_name: str) -> tuple[DecisionSteps, TerminalSteps]:
+        return self.lines[behavior_name].get_steps(BEHAVIOR)
+
+    def step(self) -> None:
+        for line in self.lines.values():
+            if line._action is None:  # nobody answered this behavior: Unity applies zeros
+                line.set_actions(BEHAVIOR, line.spec.action_spec.empty_action(1))
+            line.step()
+
+    def reset(self) -> None:
+        for line in self.lines.values():
+            line.reset()
 
     def close(self) -> None:
         pass

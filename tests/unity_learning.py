@@ -115,3 +115,38 @@ def processed_reward(final_rewards: list[float]) -> float:
     """Unity's ``default_reward_processor``: the mean of the last 5 episode rewards (NaN if none)."""
     last = final_rewards[-LAST_N:]
     return float(np.mean(last)) if last else float("nan")
+
+
+def train_behaviors_on(
+    scene: Any, trainer_settings: dict[str, dict[str, Any]], seed: int, run_dir: Any
+) -> dict[str, Any]:
+    """Train every behavior of ``scene`` at once as ``unity-sb3 train --config`` would (self-play where
+    the settings have it): each behavior's settings mapped alone, then
+    :func:`unity_sb3.run_behaviors.train_behaviors` for its ``max_steps``.
+
+    :param trainer_settings: behavior name (a base name such as ``"1D"`` for all its teams) -> its
+        ML-Agents trainer settings.
+    :param run_dir: the run folder (models, checkpoints, self-play state).
+    :return: behavior -> the path of its saved model.
+    """
+    from unity_sb3.run import RUN_SETTINGS, RunConfig
+    from unity_sb3.run_behaviors import train_behaviors
+
+    configs = {}
+    for name, settings in trainer_settings.items():
+        hyper = convert_mlagents_config({"behaviors": {name: settings}}).as_hyperparams()
+        config = RunConfig(
+            env=scene,
+            algo=hyper.pop("algo"),
+            n_timesteps=int(hyper.pop("n_timesteps")),
+            seed=seed,
+            behavior=name,
+            policy=hyper.pop("policy"),
+            normalize=hyper.pop("normalize"),
+            self_play=hyper.pop("self_play", None),
+        )
+        for key in ("open_kwargs", "summary_freq", *RUN_SETTINGS):
+            hyper.pop(key, None)
+        config.hyperparams = hyper
+        configs[name] = config
+    return train_behaviors(configs, run_dir, progress=False, num_threads=1)
