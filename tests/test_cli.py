@@ -372,7 +372,7 @@ def test_replay_buffer_from_a_different_slot_count_is_skipped(tmp_path: Path) ->
     from stable_baselines3 import SAC
     from stable_baselines3.common.env_util import make_vec_env
 
-    from unity_sb3.run import load_replay_buffer_if_present
+    from unity_sb3.run_state import load_replay_buffer_if_present
 
     two = SAC("MlpPolicy", make_vec_env("Pendulum-v1", n_envs=2), buffer_size=100, learning_starts=10)
     two.learn(20)
@@ -393,7 +393,7 @@ def test_replay_buffer_of_another_step_is_skipped(tmp_path: Path) -> None:
     from stable_baselines3 import SAC
 
     from unity_sb3.callbacks.checkpoint import save_replay_buffer_atomic
-    from unity_sb3.run import load_replay_buffer_if_present
+    from unity_sb3.run_state import load_replay_buffer_if_present
 
     newer = SAC("MlpPolicy", "Pendulum-v1", buffer_size=100, learning_starts=10)
     newer.learn(30)

@@ -250,8 +250,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv = ["train"]
     args = build_parser().parse_args(argv)
     if args.command == "train":
-        from unity_sb3.run import ResumeError
         from unity_sb3.run_behaviors import train_from_args  # several behaviors / self-play, else run.py
+        from unity_sb3.run_state import ResumeError
 
         try:
             with _sigterm_as_interrupt():

@@ -27,31 +27,27 @@ from __future__ import annotations
 
 import argparse
 import time
-import warnings
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from unity_sb3.callbacks.curriculum import (
-    CURRICULUM_FILE,
-    _check_curriculum_step,
-    load_curriculum_state,
-    save_curriculum_state,
-)
+from unity_sb3.callbacks.curriculum import CURRICULUM_FILE, _check_curriculum_step
 from unity_sb3.config.hyperparams import load_hyperparams
+from unity_sb3.run_state import (
+    MODEL_FILE,
+    curriculum_file_for,
+    find_resume_point,
+    load_replay_buffer_if_present,
+    prepare_curriculum,
+    save_curriculum_files,
+)
 from unity_sb3.validation import flag
 from unity_sb3.wrappers.restarts import RESTART_SETTINGS, RestartPolicy
 
-MODEL_FILE = "model.zip"
 CONFIG_FILE = "config.yaml"
 REPLAY_BUFFER_FILE = "replay_buffer.pkl"  # in checkpoints/, as AtomicCheckpointCallback writes it
-CHECKPOINT_CURRICULUM_SUFFIX = ".curriculum.json"  # checkpoint_<steps>_steps.curriculum.json
-
-
-class ResumeError(FileNotFoundError):
-    """``--resume`` found nothing to start from: no model, or none that reads."""
 
 
 # run settings a hyperparameter file (an ML-Agents YAML's env_settings, or a flat/RL Zoo file) may
@@ -229,8 +225,8 @@ def train(
     curriculum_file = run_dir / CURRICULUM_FILE
     start_from = find_resume_point(run_dir) if resume else None
     # before anything is written or opened: a saved curriculum that no longer fits is an error
-    open_config, curriculum_state = _prepare_curriculum(
-        config, _curriculum_file_for(start_from, curriculum_file) if start_from else None
+    open_config, curriculum_state = prepare_curriculum(
+        config, curriculum_file_for(start_from, curriculum_file) if start_from else None
     )
     run_dir.mkdir(parents=True, exist_ok=True)
     segment = len(_monitor_files(run_dir))
@@ -315,172 +311,6 @@ def train(
     state = "stopped early" if interrupted else "finished"
     print(f"Training {state} after {elapsed:.0f} s. Model: {model_path}  Learning curve: {curve}")
     return model_path
-
-
-def find_resume_point(run_dir: str | Path) -> Path:
-    """The model ``--resume`` starts from: the newest of ``model.zip`` and the checkpoints that reads.
-
-    Newest means most timesteps (``model.zip`` wins a tie: it is saved after the checkpoint of the
-    same step). Every file tried is read completely; each unreadable one is skipped with a
-    warning that names it and says why.
-
-    :param run_dir: the run folder.
-    :return: the path to load.
-    :raises ResumeError: no model or checkpoint there, or none that reads (the message lists them).
-    """
-    from unity_sb3.callbacks.checkpoint import list_checkpoints, read_model_timesteps
-
-    run_dir = Path(run_dir)
-    final = run_dir / MODEL_FILE
-    unreadable: list[tuple[Path, str]] = []
-
-    def readable_steps(path: Path) -> int | None:
-        try:
-            return read_model_timesteps(path)
-        except ValueError as error:
-            unreadable.append((path, str(error)))
-            warnings.warn(f"--resume: skipping {path}, which cannot be read ({error})", stacklevel=3)
-            return None
-
-    final_steps = readable_steps(final) if final.exists() else None
-    checkpoints = list_checkpoints(run_dir / "checkpoints")
-    for steps, path in reversed(checkpoints):
-        if final_steps is not None and final_steps >= steps:
-            break
-        if readable_steps(path) is not None:
-            if unreadable:
-                print(f"--resume: starting from the checkpoint {path} instead")
-            return path
-    if final_steps is not None:
-        return final
-    if not unreadable:
-        raise ResumeError(
-            f"--resume: no model or checkpoint found in {run_dir} (looked for {MODEL_FILE} and "
-            "checkpoints/checkpoint_<steps>_steps.zip). Start a new run without --resume."
-        )
-    listing = "\n".join(f"  {path}: {why}" for path, why in unreadable)
-    raise ResumeError(
-        f"--resume: no model in {run_dir} can be read:\n{listing}\nThe files are damaged (a partial "
-        "copy or a full disk?). Copy a good model.zip or checkpoint into the run folder (a checkpoint "
-        "goes into checkpoints/), or start again without --resume (--force overwrites this folder)."
-    )
-
-
-def save_curriculum_files(
-    curriculum: Any, run_file: Path, num_timesteps: int, checkpoint_path: Path | None = None
-) -> None:
-    """Write a ``CurriculumCallback``'s state to ``run_file`` and, for a checkpoint, beside it.
-
-    :param curriculum: the run's ``CurriculumCallback``, or ``None`` (nothing is written).
-    :param run_file: the run's (or behavior's) ``curriculum.json``.
-    :param num_timesteps: the model's step count, checked against the model on ``--resume``.
-    :param checkpoint_path: the checkpoint just saved: its own copy goes beside it, pruned with it.
-    """
-    if curriculum is None:
-        return
-    save_curriculum_state(curriculum, run_file, num_timesteps)
-    if checkpoint_path is not None:
-        companion = checkpoint_path.with_name(checkpoint_path.stem + CHECKPOINT_CURRICULUM_SUFFIX)
-        save_curriculum_state(curriculum, companion, num_timesteps)
-
-
-def _curriculum_file_for(start_from: Path, run_file: Path) -> Path:
-    """The curriculum state saved with the model ``start_from``: a checkpoint's own copy when it
-    has one, else the run's ``curriculum.json`` (saved with ``model.zip`` and every checkpoint)."""
-    companion = start_from.with_name(start_from.stem + CHECKPOINT_CURRICULUM_SUFFIX)
-    return companion if companion.is_file() else run_file
-
-
-def _prepare_curriculum(
-    config: RunConfig, state_file: Path | None
-) -> tuple[RunConfig, dict[str, Any] | None]:
-    """The config to open Unity with, and the curriculum state read from ``state_file``.
-
-    The ``environment_parameters`` are parsed once into one ``EnvironmentParameters`` that every
-    Unity instance shares (a re-opened crashed instance gets the current lessons, not lesson 0)
-    and the saved lessons are loaded into it *before* Unity opens, so that the first episodes
-    already run with them.
-
-    :param config: the run's configuration (not changed).
-    :param state_file: the curriculum state saved with the model the run resumes from
-        (``curriculum.json`` or a checkpoint's copy), else ``None``.
-    :return: ``(config for make_vec_env, the saved CurriculumCallback state or None)``.
-    """
-    params = config.open_kwargs.get("environment_parameters")
-    if not params:
-        return config, None
-    from unity_sb3.unity.errors import UnityConfigurationError
-    from unity_sb3.unity.parameters import EnvironmentParameters
-
-    if isinstance(params, EnvironmentParameters):
-        parameters = params
-    else:
-        parameters = EnvironmentParameters(params, seed=config.open_kwargs.get("seed", config.seed))
-    state = None
-    if state_file is not None and parameters.has_curriculum:
-        if state_file.is_file():
-            state = load_curriculum_state(state_file)
-            try:
-                parameters.load_state_dict(state["parameters"])
-            except UnityConfigurationError as error:
-                raise UnityConfigurationError(
-                    f"--resume: {state_file} does not fit this run's environment_parameters: {error} "
-                    f"To continue anyway, edit {state_file}, or delete it to restart every curriculum at "
-                    "lesson 0."
-                ) from None
-            lessons = {
-                n: parameters.lesson_numbers[n] for n, p in parameters.parameters.items() if p.is_curriculum
-            }
-            print(f"Curricula resume at lessons {lessons} (from {state_file})")
-        else:
-            warnings.warn(
-                f"--resume: {state_file} is missing (a run from before curricula were saved?); every "
-                "curriculum starts at lesson 0",
-                stacklevel=3,
-            )
-    open_kwargs = {**config.open_kwargs, "environment_parameters": parameters}
-    return replace(config, open_kwargs=open_kwargs), state
-
-
-def load_replay_buffer_if_present(model: Any, path: str | Path) -> bool:
-    """Load ``path`` into an off-policy ``model``'s replay buffer when the file is there.
-
-    A buffer saved with a different number of ``VecEnv`` slots (``--num-envs`` changed) cannot
-    be appended to, and one saved at another step than the model's belongs to another model (the
-    run resumes from an older checkpoint because a newer model was unreadable); either is skipped
-    with a warning and training starts with an empty buffer.
-
-    :return: whether a buffer was loaded.
-    """
-    from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
-
-    path = Path(path)
-    if not isinstance(model, OffPolicyAlgorithm) or not path.is_file():
-        return False
-    from stable_baselines3.common.save_util import load_from_pkl
-
-    from unity_sb3.callbacks.checkpoint import REPLAY_BUFFER_STEP
-
-    buffer = load_from_pkl(path)
-    if getattr(buffer, "n_envs", model.n_envs) != model.n_envs:
-        warnings.warn(
-            f"{path} was saved with {buffer.n_envs} environment slots but the run now has "
-            f"{model.n_envs}; training continues with an empty replay buffer",
-            stacklevel=2,
-        )
-        return False
-    saved_at = getattr(buffer, REPLAY_BUFFER_STEP, None)
-    if saved_at is not None and saved_at != model.num_timesteps:
-        warnings.warn(
-            f"{path} was saved at step {saved_at} but the model resumes from step {model.num_timesteps} "
-            "(a newer model was unreadable?); training continues with an empty replay buffer",
-            stacklevel=2,
-        )
-        return False
-    model.replay_buffer = buffer
-    model.replay_buffer.device = model.device
-    print(f"Loaded the replay buffer {path} ({model.replay_buffer.size()} transitions per slot)")
-    return True
 
 
 def _run_settings(

@@ -56,21 +56,23 @@ from unity_sb3.callbacks.curriculum import CURRICULUM_FILE
 from unity_sb3.config.hyperparams import HYPERPARAMS_DIR, gym_id, read_yaml
 from unity_sb3.run import (
     CONFIG_FILE,
-    MODEL_FILE,
     RunConfig,
-    _curriculum_file_for,
     _default_env_and_algo,
     _monitor_files,
     _plain,
-    _prepare_curriculum,
     _wrap_normalize,
     config_from_args,
-    find_resume_point,
     resumed_config,
     run_dir_from_args,
-    save_curriculum_files,
     saved_run_config,
     unity_open_kwargs,
+)
+from unity_sb3.run_state import (
+    MODEL_FILE,
+    curriculum_file_for,
+    find_resume_point,
+    prepare_curriculum,
+    save_curriculum_files,
 )
 from unity_sb3.selfplay.settings import SELF_PLAY_KEYS, SelfPlaySettings
 
@@ -228,7 +230,7 @@ class _Behavior:
         """The curriculum state saved with the model the run resumes from (a checkpoint's own copy, else
         the behavior's ``curriculum.json``)."""
         assert self.start_from is not None
-        return _curriculum_file_for(self.start_from, self.dir / CURRICULUM_FILE)
+        return curriculum_file_for(self.start_from, self.dir / CURRICULUM_FILE)
 
     def save_curriculum(self, num_timesteps: int, checkpoint_path: Path | None = None) -> None:
         """Write the curriculum state to ``curriculum.json`` (and beside ``checkpoint_path``)."""
@@ -283,7 +285,7 @@ def train_behaviors(
     first = next(iter(configs.values()))
     # the lessons of the first behavior's saved state, loaded before Unity opens (shared by every behavior)
     lead = next(iter(runs.values()))
-    open_config, _ = _prepare_curriculum(first, lead.curriculum_state() if lead.start_from else None)
+    open_config, _ = prepare_curriculum(first, lead.curriculum_state() if lead.start_from else None)
     run_dir.mkdir(parents=True, exist_ok=True)
     whole = {"env": first.env, "algo": first.algo, "behaviors": {n: asdict(c) for n, c in configs.items()}}
     (run_dir / CONFIG_FILE).write_text(yaml.safe_dump(_plain(whole), sort_keys=False))

@@ -30,12 +30,11 @@ import yaml
 from unity_sb3.callbacks.curriculum import CURRICULUM_FILE, load_curriculum_state
 from unity_sb3.run import (
     CONFIG_FILE,
-    MODEL_FILE,
     RunConfig,
-    _curriculum_file_for,
     make_vec_env,
     unity_open_kwargs,
 )
+from unity_sb3.run_state import MODEL_FILE, curriculum_file_for
 from unity_sb3.slots import predict_masks
 from unity_sb3.unity.errors import UnityConfigurationError
 from unity_sb3.unity.parameters import EnvironmentParameters
@@ -240,7 +239,7 @@ def at_trained_lessons(config: RunConfig, model_path: Path, folder: Path) -> Run
     :raises UnityConfigurationError: the saved state does not fit the run's curricula.
     """
     params = config.open_kwargs.get("environment_parameters")
-    state_file = _curriculum_file_for(model_path, folder / CURRICULUM_FILE)
+    state_file = curriculum_file_for(model_path, folder / CURRICULUM_FILE)
     if not params or not state_file.is_file():
         return config
     parameters = EnvironmentParameters(params, seed=config.seed)
