@@ -27,17 +27,15 @@ from typing import Any
 
 import yaml
 
-from unity_sb3.callbacks.curriculum import CURRICULUM_FILE, load_curriculum_state
+from unity_sb3.callbacks.curriculum import CURRICULUM_FILE
 from unity_sb3.run import (
     CONFIG_FILE,
     RunConfig,
     make_vec_env,
     unity_open_kwargs,
 )
-from unity_sb3.run_state import MODEL_FILE, curriculum_file_for
+from unity_sb3.run_state import MODEL_FILE, curriculum_file_for, curriculum_parameters, load_lessons
 from unity_sb3.slots import predict_masks
-from unity_sb3.unity.errors import UnityConfigurationError
-from unity_sb3.unity.parameters import EnvironmentParameters
 
 __all__ = ["at_trained_lessons", "evaluate_matches_from_args", "load_player_model"]
 
@@ -238,21 +236,11 @@ def at_trained_lessons(config: RunConfig, model_path: Path, folder: Path) -> Run
     :param folder: its run folder.
     :raises UnityConfigurationError: the saved state does not fit the run's curricula.
     """
-    params = config.open_kwargs.get("environment_parameters")
+    parameters = curriculum_parameters(config)
     state_file = curriculum_file_for(model_path, folder / CURRICULUM_FILE)
-    if not params or not state_file.is_file():
+    if parameters is None or not parameters.has_curriculum or not state_file.is_file():
         return config
-    parameters = EnvironmentParameters(params, seed=config.seed)
-    if not parameters.has_curriculum:
-        return config
-    try:
-        parameters.load_state_dict(load_curriculum_state(state_file)["parameters"])
-    except UnityConfigurationError as error:
-        raise UnityConfigurationError(
-            f"{state_file} does not fit the run's environment_parameters ({folder / CONFIG_FILE}): {error}"
-        ) from None
-    lessons = {n: parameters.lesson_numbers[n] for n, p in parameters.parameters.items() if p.is_curriculum}
-    print(f"Evaluating at the lessons the model was trained at: {lessons} (from {state_file})")
+    load_lessons(parameters, state_file, "", "Evaluating at the lessons the model was trained at:")
     return replace(config, open_kwargs={**config.open_kwargs, "environment_parameters": parameters})
 
 

@@ -21,7 +21,9 @@ __all__ = [
     "MODEL_FILE",
     "ResumeError",
     "curriculum_file_for",
+    "curriculum_parameters",
     "find_resume_point",
+    "load_lessons",
     "load_replay_buffer_if_present",
     "prepare_curriculum",
     "save_curriculum_files",
@@ -109,6 +111,48 @@ def curriculum_file_for(start_from: Path, run_file: Path) -> Path:
     return companion if companion.is_file() else run_file
 
 
+def curriculum_parameters(config: Any) -> Any:
+    """The run's ``environment_parameters`` as one ``EnvironmentParameters`` (parsed once, seeded as the
+    run opens Unity), or ``None`` when it has none.
+
+    :param config: the run's :class:`unity_sb3.run.RunConfig`.
+    """
+    from unity_sb3.unity.parameters import EnvironmentParameters
+
+    params = config.open_kwargs.get("environment_parameters")
+    if not params:
+        return None
+    if isinstance(params, EnvironmentParameters):
+        return params
+    return EnvironmentParameters(params, seed=config.open_kwargs.get("seed", config.seed))
+
+
+def load_lessons(parameters: Any, state_file: Path, prefix: str, announce: str) -> dict[str, Any]:
+    """Load the lessons saved in ``state_file`` into ``parameters`` and say which they are.
+
+    :param parameters: the run's ``EnvironmentParameters`` (changed in place).
+    :param state_file: a curriculum state written by :func:`save_curriculum_files`.
+    :param prefix: what starts the error message, e.g. ``"--resume: "``.
+    :param announce: what the printed line starts with, before the lessons.
+    :return: the saved state (the ``CurriculumCallback`` state, with its reward buffer).
+    :raises UnityConfigurationError: the saved lessons do not fit ``parameters`` (what to do is said).
+    """
+    from unity_sb3.unity.errors import UnityConfigurationError
+
+    state = load_curriculum_state(state_file)
+    try:
+        parameters.load_state_dict(state["parameters"])
+    except UnityConfigurationError as error:
+        raise UnityConfigurationError(
+            f"{prefix}{state_file} does not fit this run's environment_parameters: {error} "
+            f"To continue anyway, edit {state_file}, or delete it to restart every curriculum at "
+            "lesson 0."
+        ) from None
+    lessons = {n: parameters.lesson_numbers[n] for n, p in parameters.parameters.items() if p.is_curriculum}
+    print(f"{announce} {lessons} (from {state_file})")
+    return state
+
+
 def prepare_curriculum(config: Any, state_file: Path | None) -> tuple[Any, dict[str, Any] | None]:
     """The config to open Unity with, and the curriculum state read from ``state_file``.
 
@@ -122,32 +166,13 @@ def prepare_curriculum(config: Any, state_file: Path | None) -> tuple[Any, dict[
         (``curriculum.json`` or a checkpoint's copy), else ``None``.
     :return: ``(config for make_vec_env, the saved CurriculumCallback state or None)``.
     """
-    params = config.open_kwargs.get("environment_parameters")
-    if not params:
+    parameters = curriculum_parameters(config)
+    if parameters is None:
         return config, None
-    from unity_sb3.unity.errors import UnityConfigurationError
-    from unity_sb3.unity.parameters import EnvironmentParameters
-
-    if isinstance(params, EnvironmentParameters):
-        parameters = params
-    else:
-        parameters = EnvironmentParameters(params, seed=config.open_kwargs.get("seed", config.seed))
     state = None
     if state_file is not None and parameters.has_curriculum:
         if state_file.is_file():
-            state = load_curriculum_state(state_file)
-            try:
-                parameters.load_state_dict(state["parameters"])
-            except UnityConfigurationError as error:
-                raise UnityConfigurationError(
-                    f"--resume: {state_file} does not fit this run's environment_parameters: {error} "
-                    f"To continue anyway, edit {state_file}, or delete it to restart every curriculum at "
-                    "lesson 0."
-                ) from None
-            lessons = {
-                n: parameters.lesson_numbers[n] for n, p in parameters.parameters.items() if p.is_curriculum
-            }
-            print(f"Curricula resume at lessons {lessons} (from {state_file})")
+            state = load_lessons(parameters, state_file, "--resume: ", "Curricula resume at lessons")
         else:
             warnings.warn(
                 f"--resume: {state_file} is missing (a run from before curricula were saved?); every "

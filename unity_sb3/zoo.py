@@ -364,13 +364,15 @@ def _experiment_manager_class():
             from unity_sb3.callbacks.curriculum import CurriculumCallback, mlagents_callbacks
             from unity_sb3.unity.channels import find_channels
 
-            if not mlagents_callbacks(self.env_kwargs):
-                return []
+            behavior = self.env_kwargs.get("behavior_name")
+            callbacks = mlagents_callbacks(self.env_kwargs, behavior)
             evaluation = [c.eval_env for c in self.callbacks if isinstance(c, EvalCallback)]
-            if not evaluation:  # the callback finds (and, after a crash restart, finds again) the channels
-                return [CurriculumCallback(behavior_name=self.env_kwargs.get("behavior_name"))]
+            if (
+                not callbacks or not evaluation
+            ):  # it finds (and after a crash restart finds again) the channels
+                return callbacks
             channels = [c for env in [model.get_env(), *evaluation] for c in find_channels(env)]
-            return [CurriculumCallback(channels=channels, behavior_name=self.env_kwargs.get("behavior_name"))]
+            return [CurriculumCallback(channels=channels, behavior_name=behavior)]
 
         def objective(self, trial: Any) -> float:
             if not self.is_unity:
