@@ -47,7 +47,8 @@ def test_3dball_ppo_mapping() -> None:
     assert "reward_signals" not in h  # extrinsic only at strength 1: plain SB3 PPO
     assert h["policy_kwargs"] == (
         "dict(net_arch=[128, 128], activation_fn=nn.SiLU, features_extractor_class=UnityMultiInputExtractor,"
-        " features_extractor_kwargs=dict(encoder='simple', cnn_output_dim=128))"
+        " features_extractor_kwargs=dict(encoder='simple', cnn_output_dim=128), share_features_extractor=False,"
+        " ortho_init=False)"
     )
     assert h["time_horizon"] == 1000 and not _unhonored(run)  # every setting of Unity's 3DBall is honored
     assert not {"summary_freq", "keep_checkpoints"} & _unhonored(run)
@@ -158,6 +159,8 @@ def test_schedules_and_policy_kwargs_resolved() -> None:
         "activation_fn": nn.SiLU,
         "features_extractor_class": UnityMultiInputExtractor,
         "features_extractor_kwargs": {"encoder": "simple", "cnn_output_dim": 128},
+        "share_features_extractor": False,
+        "ortho_init": False,
     }
     assert resolve_schedule("lin_0.5")(0.5) == pytest.approx(0.25)  # RL Zoo's form decays to 0
     assert resolve_schedule(0.3) == 0.3
@@ -233,6 +236,48 @@ def test_memory_config_trains_through_the_command(tmp_path: Path) -> None:
     assert type(model.policy).__name__ == "RecurrentActorCriticPolicy"
     assert model.policy.lstm_actor.hidden_size == 8  # memory_size 16 = hidden + cell state
     assert model.policy.net_arch == [8]  # the body before the LSTM
+
+
+@pytest.mark.parametrize("encoder", ["simple", "resnet"])
+def test_ppo_critic_has_its_own_encoders_with_mlagents_initialisation(encoder: str) -> None:
+    """ML-Agents' ValueNetwork has its own observation encoders, initialised as ML-Agents does
+    (PyTorch's default for the convolutions): SB3's orthogonal initialisation (gain sqrt 2) would
+    make the convolutions ~2.4x larger; with it Unity's one-image resnet test failed 1 in 11 seeds,
+    4 in 11 with separate encoders (benchmarks/RESULTS.md)."""
+    import gymnasium as gym
+    import torch
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    from unity_sb3.algorithms.registry import algorithm_class
+
+    class ImageEnv(gym.Env):
+        observation_space = spaces.Dict({"image": spaces.Box(0, 1, (3, 36, 36), np.float32)})
+        action_space = spaces.Box(-1, 1, (2,), np.float32)
+
+        def reset(self, *, seed=None, options=None):
+            return self.observation_space.sample(), {}
+
+        def step(self, action):
+            return self.observation_space.sample(), 0.0, False, False, {}
+
+    data = _load("3DBall_ppo.yaml")
+    data["behaviors"]["3DBall"]["network_settings"]["vis_encode_type"] = encoder
+    run = convert_mlagents_config(data)
+    env = DummyVecEnv([ImageEnv])
+    params = {**run.hyperparams, "mlagents_per_slot": {"buffer_size": 64}}
+    policy, kwargs = prepare_model_args(run.algo, run.policy, params, env)
+    torch.manual_seed(0)
+    model = algorithm_class(run.algo)(policy, env, **kwargs)
+    actor, critic = model.policy.pi_features_extractor, model.policy.vf_features_extractor
+    assert actor is not critic
+    assert not set(map(id, actor.parameters())) & set(map(id, critic.parameters()))
+    convs = [m for m in actor.modules() if isinstance(m, nn.Conv2d)]
+    assert convs
+    for conv in convs:
+        fan_in = conv.weight[0].numel()
+        # PyTorch's default: uniform within 1/sqrt(fan_in), std 1/sqrt(3 fan_in); orthogonal gain sqrt 2: ~sqrt(2/fan_in)
+        assert conv.weight.abs().max().item() <= 1 / fan_in**0.5 + 1e-6
+    assert "ortho_init=False" in run.table()
 
 
 @pytest.mark.parametrize("memory", [False, True])

@@ -253,13 +253,19 @@ def _map_network(m: _Mapper, network: dict[str, Any], where: str, shared_critic:
     policy["features_extractor_kwargs"] = "dict(" + ", ".join(f"{k}={v}" for k, v in extractor.items()) + ")"
     if shared:
         policy["share_features_extractor"] = "True"
+    elif trainer == "ppo" and not recurrent:
+        # ML-Agents' ValueNetwork has its own NetworkBody, observation encoders included
+        policy["share_features_extractor"] = "False"
+    if trainer == "ppo":
+        # SB3's orthogonal initialisation would overwrite the encoders' own (ML-Agents' layers)
+        policy["ortho_init"] = "False"
     if memory is not None and trainer in ("sac", "poca"):
         policy.update(memory_size=repr(size), sequence_length=repr(int(mem["sequence_length"])))
     m.run.hyperparams["policy_kwargs"] = "dict(" + ", ".join(f"{k}={v}" for k, v in policy.items()) + ")"
     body_note = (
         "one body shared by actor and critic (shared_critic)"
         if shared
-        else "separate actor and critic layers, as ML-Agents (the observation encoders are shared)"
+        else "separate actor and critic networks, observation encoders included, as ML-Agents"
     )
     m.row(
         "network_settings.hidden_units/num_layers",
@@ -270,6 +276,13 @@ def _map_network(m: _Mapper, network: dict[str, Any], where: str, shared_critic:
         body_note,
     )
     m.row("(ML-Agents uses Swish)", None, "activation_fn=nn.SiLU")
+    if trainer == "ppo":
+        m.row(
+            "(ML-Agents' initialisation)",
+            None,
+            "ortho_init=False",
+            "the encoders keep ML-Agents' initialisation (SB3's orthogonal one would replace it)",
+        )
     normalize = validation.flag(network["normalize"], f"{n}.normalize", MLAgentsConfigError)
     if normalize:
         m.run.normalize = {"norm_obs": True, "norm_reward": False}
