@@ -269,12 +269,17 @@ def test_hybrid_box_policy_splits_into_continuous_and_bins(tmp_path):
 
 @pytest.mark.parametrize("layout", ["chw", "hwc"])
 @pytest.mark.parametrize("visual", ["uint8", "float"])
-def test_visual_cnn_policy(tmp_path, layout, visual):
+@pytest.mark.parametrize("shared", [True, False], ids=["shared_encoder", "critic_encoder"])
+def test_visual_cnn_policy(tmp_path, layout, visual, shared):
+    # shared=False: the critic has its own encoder, as the ML-Agents mapping builds PPO
     obs_spec = visual_chw() if layout == "chw" else visual_hwc()
     spec = BehaviorSpec([obs_spec], ActionSpec(0, (3,)))
     extractor = dict(features_dim=32, normalized_image=visual == "float")
     policy_kwargs = dict(
-        net_arch=[16], features_extractor_kwargs=extractor, normalize_images=visual == "uint8"
+        net_arch=[16],
+        features_extractor_kwargs=extractor,
+        normalize_images=visual == "uint8",
+        share_features_extractor=shared,
     )
     model = make_model(PPO, spec, "CnnPolicy", visual=visual, policy_kwargs=policy_kwargs)
     scale_head(model, 50.0)
