@@ -213,6 +213,23 @@ def test_curriculum_from_a_zoo_file_advances_training_and_evaluation(tmp_path: P
     # both begin at lesson a and end at lesson b (the evaluation env's last episodes begin after 480 steps)
     for began in (training, evaluation):
         assert began[0] == 1.0 and began[-1] == 1.5 and set(began) == {1.0, 1.5}, began
+    # enjoy plays at the lesson training ended at, not at lesson 0
+    scales.clear()
+    args = [
+        "--algo",
+        "ppo",
+        "--env",
+        "unity_sb3/Ball3D-v0",
+        "-f",
+        str(tmp_path),
+        "-n",
+        "20",
+        "--verbose",
+        "0",
+    ]
+    zoo.enjoy(args)
+    [played] = scales.values()
+    assert set(played) == {1.5}, played
 
 
 def test_optimize_two_trials(tmp_path: Path) -> None:

@@ -18,7 +18,9 @@ with three additions:
   ``engine_settings``, ``environment_parameters``, scene parameters such as ``num_agents``).
   ``open_kwargs:`` in a hyperparameter file (the key ``unity-sb3 train`` reads) is merged
   into them. A curriculum in ``environment_parameters`` advances during training, as with
-  ``unity-sb3 train`` (a ``CurriculumCallback``), and the evaluation envs follow its lessons.
+  ``unity-sb3 train`` (a ``CurriculumCallback``), and the evaluation envs follow its lessons;
+  the lessons training ended at are saved as ``curriculum.json`` beside ``config.yml``, and
+  ``enjoy`` opens the scene at them.
 - **Hyperparameters.** For Unity ids the default ``--conf-file`` is
   ``unity_sb3/config/hyperparams/<algo>.yml``. Frequencies RL Zoo counts in ``VecEnv`` steps
   (``--eval-freq``, ``--save-freq``, optimisation evaluations) are converted back to agent
@@ -345,6 +347,10 @@ def _experiment_manager_class():
             return max(1, env.num_envs // max(1, self.n_envs))
 
         def learn(self, model: Any) -> None:
+            from unity_sb3.callbacks.curriculum import CURRICULUM_FILE, CurriculumCallback
+            from unity_sb3.run_state import save_curriculum_files
+
+            curricula: list[Any] = []
             if self.is_unity:
                 slots = self._per_instance_slots(model.get_env())
                 for callback in self.callbacks:
@@ -352,8 +358,14 @@ def _experiment_manager_class():
                         callback.eval_freq = max(1, callback.eval_freq // slots)
                     elif isinstance(callback, CheckpointCallback):
                         callback.save_freq = max(1, callback.save_freq // slots)
-                self.callbacks.extend(self._curriculum_callbacks(model))
+                curricula = self._curriculum_callbacks(model)
+                self.callbacks.extend(curricula)
             super().learn(model)
+            for callback in curricula:
+                if isinstance(callback, CurriculumCallback):  # enjoy opens the scene at these lessons
+                    save_curriculum_files(
+                        callback, Path(self.params_path) / CURRICULUM_FILE, model.num_timesteps
+                    )
 
         def _curriculum_callbacks(self, model: Any) -> list[Any]:
             """A ``CurriculumCallback`` when the env kwargs hold a curriculum, as ``unity-sb3 train`` adds.
@@ -563,6 +575,7 @@ def enjoy(argv: Sequence[str]) -> tuple[float, int]:
         saved_args = yaml.load(args_file.read_text(), Loader=yaml.UnsafeLoader)
         env_kwargs.update(saved_args.get("env_kwargs") or {})
     env_kwargs.update(args.env_kwargs or {})
+    _at_trained_lessons(env_kwargs, Path(stats_path), args.seed)
     env = make_unity_vec_env(args.env, n_instances=args.n_envs, seed=args.seed, env_kwargs=env_kwargs)
     if hyperparams.get("normalize") and stats_dir is not None:
         stats = os.path.join(stats_dir, "vecnormalize.pkl")
@@ -614,6 +627,27 @@ def enjoy(argv: Sequence[str]) -> tuple[float, int]:
         print(f"Mean reward: {mean:.2f} +/- {np.std(rewards):.2f}")
         print(f"Mean episode length: {np.mean(lengths):.2f} +/- {np.std(lengths):.2f}")
     return mean, len(rewards)
+
+
+def _at_trained_lessons(env_kwargs: dict[str, Any], stats_path: Path, seed: int) -> None:
+    """Put the curricula of ``env_kwargs`` at the lessons training ended at (saved by ``train``), in place.
+
+    Without a curriculum or a saved state (a run from before it was saved) the scene opens at lesson
+    0, where Unity starts. A checkpoint plays at the lessons of the end of training too.
+    """
+    from unity_sb3.callbacks.curriculum import CURRICULUM_FILE
+    from unity_sb3.run_state import load_lessons
+    from unity_sb3.unity.parameters import EnvironmentParameters
+
+    params, state_file = env_kwargs.get("environment_parameters"), stats_path / CURRICULUM_FILE
+    if not params or not state_file.is_file():
+        return
+    parameters = (
+        params if isinstance(params, EnvironmentParameters) else EnvironmentParameters(params, seed=seed)
+    )
+    if parameters.has_curriculum:
+        load_lessons(parameters, state_file, "enjoy: ", "Playing at the lessons training ended at:")
+        env_kwargs["environment_parameters"] = parameters
 
 
 def _peek(argv: Sequence[str], flag: str, default: str) -> str:
