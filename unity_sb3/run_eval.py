@@ -34,7 +34,7 @@ from unity_sb3.run import (
     make_vec_env,
     unity_open_kwargs,
 )
-from unity_sb3.run_state import MODEL_FILE, curriculum_file_for, curriculum_parameters, load_lessons
+from unity_sb3.run_state import MODEL_FILE, at_saved_lessons, curriculum_file_for
 from unity_sb3.slots import predict_masks
 
 __all__ = ["at_trained_lessons", "evaluate_matches_from_args", "load_player_model"]
@@ -228,7 +228,7 @@ def at_trained_lessons(config: RunConfig, model_path: Path, folder: Path) -> Run
     """``config`` with its curricula at the lessons ``model_path`` was last trained at.
 
     The lessons are the state saved with the model (a checkpoint's own copy, else the run's
-    ``curriculum.json``); without a curriculum or a saved state, ``config`` is returned as it is
+    ``curriculum.json``); without a curriculum or a saved state, the copy keeps them as they are
     (every curriculum at lesson 0, where Unity starts).
 
     :param config: the run's configuration (not changed).
@@ -236,12 +236,10 @@ def at_trained_lessons(config: RunConfig, model_path: Path, folder: Path) -> Run
     :param folder: its run folder.
     :raises UnityConfigurationError: the saved state does not fit the run's curricula.
     """
-    parameters = curriculum_parameters(config)
     state_file = curriculum_file_for(model_path, folder / CURRICULUM_FILE)
-    if parameters is None or not parameters.has_curriculum or not state_file.is_file():
-        return config
-    load_lessons(parameters, state_file, "", "Evaluating at the lessons the model was trained at:")
-    return replace(config, open_kwargs={**config.open_kwargs, "environment_parameters": parameters})
+    seed = config.open_kwargs.get("seed", config.seed)
+    announce = "Evaluating at the lessons the model was trained at:"
+    return replace(config, open_kwargs=at_saved_lessons(config.open_kwargs, seed, state_file, "", announce))
 
 
 def evaluate_from_args(args: argparse.Namespace) -> int:

@@ -10,6 +10,7 @@ saved with each model (``curriculum.json``, and a copy beside each checkpoint), 
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ __all__ = [
     "CHECKPOINT_CURRICULUM_SUFFIX",
     "MODEL_FILE",
     "ResumeError",
+    "at_saved_lessons",
     "curriculum_file_for",
     "curriculum_parameters",
     "find_resume_point",
@@ -117,14 +119,40 @@ def curriculum_parameters(config: Any) -> Any:
 
     :param config: the run's :class:`unity_sb3.run.RunConfig`.
     """
+    return _parameters_of(config.open_kwargs, config.open_kwargs.get("seed", config.seed))
+
+
+def _parameters_of(open_kwargs: Mapping[str, Any], seed: int) -> Any:
+    """``open_kwargs``' ``environment_parameters`` as one ``EnvironmentParameters``, or ``None``."""
     from unity_sb3.unity.parameters import EnvironmentParameters
 
-    params = config.open_kwargs.get("environment_parameters")
+    params = open_kwargs.get("environment_parameters")
     if not params:
         return None
     if isinstance(params, EnvironmentParameters):
         return params
-    return EnvironmentParameters(params, seed=config.open_kwargs.get("seed", config.seed))
+    return EnvironmentParameters(params, seed=seed)
+
+
+def at_saved_lessons(
+    open_kwargs: Mapping[str, Any], seed: int, state_file: Path, prefix: str, announce: str
+) -> dict[str, Any]:
+    """``open_kwargs`` with their curricula at the lessons saved in ``state_file`` (a new dict).
+
+    Without a curriculum or a saved state they are returned as they are (every curriculum at
+    lesson 0, where Unity starts). Used to evaluate or play a model at the lessons it was trained at.
+
+    :param open_kwargs: what Unity is opened with (not changed).
+    :param seed: the seed the curricula's samplers take when ``environment_parameters`` is a mapping.
+    :param state_file: a curriculum state written by :func:`save_curriculum_files`.
+    :param prefix: what starts the error message if the state does not fit.
+    :param announce: what the printed line starts with, before the lessons.
+    """
+    parameters = _parameters_of(open_kwargs, seed)
+    if parameters is None or not parameters.has_curriculum or not state_file.is_file():
+        return dict(open_kwargs)
+    load_lessons(parameters, state_file, prefix, announce)
+    return {**open_kwargs, "environment_parameters": parameters}
 
 
 def load_lessons(parameters: Any, state_file: Path, prefix: str, announce: str) -> dict[str, Any]:

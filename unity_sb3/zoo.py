@@ -551,6 +551,9 @@ def enjoy(argv: Sequence[str]) -> tuple[float, int]:
     from rl_zoo3.utils import ALGOS, get_model_path, get_saved_hyperparams
     from stable_baselines3.common.vec_env import VecNormalize
 
+    from unity_sb3.callbacks.curriculum import CURRICULUM_FILE
+    from unity_sb3.run_state import at_saved_lessons
+
     args = _enjoy_parser().parse_args(argv)
     if args.num_threads > 0:
         th.set_num_threads(args.num_threads)
@@ -575,7 +578,10 @@ def enjoy(argv: Sequence[str]) -> tuple[float, int]:
         saved_args = yaml.load(args_file.read_text(), Loader=yaml.UnsafeLoader)
         env_kwargs.update(saved_args.get("env_kwargs") or {})
     env_kwargs.update(args.env_kwargs or {})
-    _at_trained_lessons(env_kwargs, Path(stats_path), args.seed)
+    # the lessons training ended at, saved by train (RL Zoo's checkpoints carry none)
+    state_file = Path(stats_path) / CURRICULUM_FILE
+    announce = "Playing at the lessons training ended at:"
+    env_kwargs = at_saved_lessons(env_kwargs, args.seed, state_file, "enjoy: ", announce)
     env = make_unity_vec_env(args.env, n_instances=args.n_envs, seed=args.seed, env_kwargs=env_kwargs)
     if hyperparams.get("normalize") and stats_dir is not None:
         stats = os.path.join(stats_dir, "vecnormalize.pkl")
@@ -627,27 +633,6 @@ def enjoy(argv: Sequence[str]) -> tuple[float, int]:
         print(f"Mean reward: {mean:.2f} +/- {np.std(rewards):.2f}")
         print(f"Mean episode length: {np.mean(lengths):.2f} +/- {np.std(lengths):.2f}")
     return mean, len(rewards)
-
-
-def _at_trained_lessons(env_kwargs: dict[str, Any], stats_path: Path, seed: int) -> None:
-    """Put the curricula of ``env_kwargs`` at the lessons training ended at (saved by ``train``), in place.
-
-    Without a curriculum or a saved state (a run from before it was saved) the scene opens at lesson
-    0, where Unity starts. A checkpoint plays at the lessons of the end of training too.
-    """
-    from unity_sb3.callbacks.curriculum import CURRICULUM_FILE
-    from unity_sb3.run_state import load_lessons
-    from unity_sb3.unity.parameters import EnvironmentParameters
-
-    params, state_file = env_kwargs.get("environment_parameters"), stats_path / CURRICULUM_FILE
-    if not params or not state_file.is_file():
-        return
-    parameters = (
-        params if isinstance(params, EnvironmentParameters) else EnvironmentParameters(params, seed=seed)
-    )
-    if parameters.has_curriculum:
-        load_lessons(parameters, state_file, "enjoy: ", "Playing at the lessons training ended at:")
-        env_kwargs["environment_parameters"] = parameters
 
 
 def _peek(argv: Sequence[str], flag: str, default: str) -> str:
