@@ -4,8 +4,10 @@
 them (what ONNX export traces: hand-written layer norm and Swish, the "self" encoding concatenated
 to every entity row, all ``max_entities`` rows) and, outside tracing, a cheaper one (fused layer norm
 and Swish, the "self" part of the embedding computed once per observation, rows that are padding in
-the whole batch cut away). This script times ``UnityMultiInputExtractor(entities="attention")`` on
-random Sorter observations (``benchmarks/sorter_probe.py``'s sampler) both ways, one CPU thread,
+the whole batch cut away, the attention's dense layers run on the real rows only). This script times
+``UnityMultiInputExtractor(entities="attention")`` on random Sorter observations
+(``benchmarks/sorter_probe.py``'s sampler) both ways, and the fast path with the dense layers on all
+rows (``attention.PACK_MIN_PADDING_ROWS`` out of reach, the fast path before 2026-11-27) beside them, one CPU thread,
 for rollout-sized (8 rows, forward only) and training-sized (512 rows, forward + backward) batches
 at 1-4 and 1-20 tiles, checks that both give the same features and gradients, prints a table and
 writes ``benchmarks/results/attention_speed.json``. Each extractor is timed with the policy's first
@@ -109,6 +111,8 @@ def main(argv: list[str] | None = None) -> None:
             with mock.patch.object(attention, "_exporting", return_value=True):
                 before = _time(extractor, obs, backward, args.repeats)
                 ref_out, ref_grads = _grads(extractor, obs)
+            with mock.patch.object(attention, "PACK_MIN_PADDING_ROWS", 10**9):
+                unpacked = _time(extractor, obs, backward, args.repeats)
             after = _time(extractor, obs, backward, args.repeats)
             out, grads = _grads(extractor, obs)
             # largest difference over the features and every gradient, each relative to its largest
@@ -124,8 +128,10 @@ def main(argv: list[str] | None = None) -> None:
                     "batch": f"{name} ({batch})",
                     "pass": "forward + backward" if backward else "forward",
                     "ML-Agents layout (ms)": round(before, 2),
+                    "fast path, dense on all rows (ms)": round(unpacked, 2),
                     "fast path (ms)": round(after, 2),
                     "speed-up": round(before / after, 1),
+                    "real rows only vs all rows": round(unpacked / after, 2),
                     "flatten (ms)": round(_time(flatten, obs, backward, args.repeats), 2),
                     "max relative difference": diff,
                 }

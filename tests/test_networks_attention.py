@@ -77,11 +77,14 @@ def test_several_rank2_observations_attend_together():
     assert out.shape == (2, 8) and th.isfinite(out).all()
 
 
+@pytest.mark.parametrize("packed", [False, True], ids=["padded-rows", "real-rows-only"])
 @pytest.mark.parametrize("self_size", [0, 4])
-def test_fast_path_gives_the_values_and_gradients_of_ml_agents_layout(monkeypatch, self_size):
-    """Outside ONNX tracing the layers take cheaper routes (fused norms, self part once, padding cut): same math."""
+def test_fast_path_gives_the_values_and_gradients_of_ml_agents_layout(monkeypatch, self_size, packed):
+    """Outside ONNX tracing the layers take cheaper routes (fused norms, self part once, padding cut,
+    dense layers on real rows only): same math."""
     from unity_sb3.networks import attention
 
+    monkeypatch.setattr(attention, "PACK_MIN_PADDING_ROWS", 0 if packed else 10**9)
     th.manual_seed(0)
     module = EntityAttention(self_size, [(7, 5), (4, 3)], embedding_size=16, num_heads=4)
     x_self = th.randn(6, self_size) if self_size else None

@@ -33,6 +33,10 @@ NUM_HEADS = 4
 ZERO_ENTITY_THRESHOLD = 0.01
 _NEG_INF = -1e6  # ML-Agents' MultiHeadAttention.NEG_INF: finite, so an all-masked row stays finite
 _EPSILON = 1e-7
+#: Outside export, attention runs its dense layers on the real rows only when at least this many rows
+#: of the batch, and a quarter of them, are padding: gathering the real rows costs more than it saves
+#: on rollout-sized batches and when nearly every row is real (``benchmarks/attention_speed.py``).
+PACK_MIN_PADDING_ROWS = 1536
 
 
 def _exporting() -> bool:
@@ -40,7 +44,8 @@ def _exporting() -> bool:
 
     Outside tracing they take cheaper routes to the same values (fused layer norm and Swish, the "self"
     part of the entity embedding computed once per observation instead of once per entity, padding
-    columns cut away); an exported graph must keep fixed shapes and the ops Unity's inference runs.
+    columns cut away, the attention's dense layers run on the real rows only); an exported graph
+    must keep fixed shapes and the ops Unity's inference runs.
     """
     return th.jit.is_tracing() or th.onnx.is_in_onnx_export()
 
@@ -163,12 +168,37 @@ class ResidualSelfAttention(nn.Module):
         :param mask: ``(batch, max_entities)``, 1.0 for padding rows (:func:`zero_entities_mask`).
         :return: ``(batch, embedding_size)``: the mean over real entities (zeros when there is none).
         """
+        if not _exporting():
+            present = th.nonzero(mask.reshape(-1) < 0.5).squeeze(1)
+            padding = mask.numel() - len(present)
+            if padding >= PACK_MIN_PADDING_ROWS and 4 * padding >= mask.numel():
+                return self._forward_packed(embeddings, mask, present)
         x = _layer_norm(embeddings)
         attended = self._attend(self.fc_q(x), self.fc_k(x), self.fc_v(x), mask)
         out = _layer_norm(self.fc_out(attended) + x)
         rows = self.max_entities if _exporting() else mask.shape[1]
         present = (1 - mask).reshape(-1, rows, 1)
         return th.sum(out * present, dim=1) / (th.sum(present, dim=1) + _EPSILON)
+
+    def _forward_packed(self, embeddings: th.Tensor, mask: th.Tensor, present: th.Tensor) -> th.Tensor:
+        """:meth:`forward` with the dense layers and norms run on the real entities only.
+
+        A padding row's key is masked (its softmax weight is exactly 0) and its output is left out of
+        the mean, so its query, key and value never reach the result: zeros in their place change no
+        value and no gradient. Only the attention scores keep the padded ``(rows, rows)`` layout.
+
+        :param present: flat indices of the real rows in ``embeddings.reshape(-1, embedding_size)``.
+        """
+        batch, rows, size = embeddings.shape
+        x = _layer_norm(embeddings.reshape(-1, size)[present])  # (real rows, size)
+
+        def padded(t: th.Tensor) -> th.Tensor:
+            return t.new_zeros(batch * rows, size).index_copy(0, present, t).reshape(batch, rows, size)
+
+        attended = self._attend(padded(self.fc_q(x)), padded(self.fc_k(x)), padded(self.fc_v(x)), mask)
+        out = _layer_norm(self.fc_out(attended.reshape(-1, size)[present]) + x)
+        total = out.new_zeros(batch, size).index_add(0, th.div(present, rows, rounding_mode="floor"), out)
+        return total / (th.sum(1 - mask, dim=1, keepdim=True) + _EPSILON)
 
 
 class EntityAttention(nn.Module):
