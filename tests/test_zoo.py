@@ -207,8 +207,8 @@ def test_curriculum_from_a_zoo_file_advances_training_and_evaluation(tmp_path: P
         "environment_parameters": {"scale": {"curriculum": lessons}},
     }
     conf.write_text(yaml.safe_dump({"unity_sb3/Ball3D-v0": entry}))
-    args = ["--eval-freq", "480", "--eval-episodes", "12", "-conf", str(conf)]
-    _train(tmp_path, "ppo", "unity_sb3/Ball3D-v0", *args)
+    args = ["--eval-freq", "480", "--eval-episodes", "12", "--save-freq", "120", "-conf", str(conf)]
+    run = _train(tmp_path, "ppo", "unity_sb3/Ball3D-v0", *args)
     training, evaluation = scales.values()  # the training env opens first
     # both begin at lesson a and end at lesson b (the evaluation env's last episodes begin after 480 steps)
     for began in (training, evaluation):
@@ -230,6 +230,13 @@ def test_curriculum_from_a_zoo_file_advances_training_and_evaluation(tmp_path: P
     zoo.enjoy(args)
     [played] = scales.values()
     assert set(played) == {1.5}, played
+    # a checkpoint carries the lessons it was saved at: lesson a until 25% of the 960 steps
+    assert (run / "rl_model_120_steps.curriculum.json").is_file()
+    for steps, lesson in (("120", 1.0), ("960", 1.5)):
+        scales.clear()
+        zoo.enjoy([*args, "--load-checkpoint", steps])
+        [played] = scales.values()
+        assert set(played) == {lesson}, (steps, played)
 
 
 def test_optimize_two_trials(tmp_path: Path) -> None:

@@ -19,8 +19,9 @@ with three additions:
   ``open_kwargs:`` in a hyperparameter file (the key ``unity-sb3 train`` reads) is merged
   into them. A curriculum in ``environment_parameters`` advances during training, as with
   ``unity-sb3 train`` (a ``CurriculumCallback``), and the evaluation envs follow its lessons;
-  the lessons training ended at are saved as ``curriculum.json`` beside ``config.yml``, and
-  ``enjoy`` opens the scene at them.
+  the lessons training ended at are saved as ``curriculum.json`` beside ``config.yml``, those of
+  each checkpoint beside it (``rl_model_<steps>_steps.curriculum.json``), and ``enjoy`` opens the
+  scene at the lessons of the model it loads.
 - **Hyperparameters.** For Unity ids the default ``--conf-file`` is
   ``unity_sb3/config/hyperparams/<algo>.yml``. Frequencies RL Zoo counts in ``VecEnv`` steps
   (``--eval-freq``, ``--save-freq``, optimisation evaluations) are converted back to agent
@@ -238,9 +239,11 @@ def register() -> None:
 
 def _experiment_manager_class():
     from rl_zoo3 import exp_manager as zoo_exp
-    from stable_baselines3.common.callbacks import CheckpointCallback, EvalCallback
+    from stable_baselines3.common.callbacks import BaseCallback, CheckpointCallback, EvalCallback
     from stable_baselines3.common.preprocessing import is_image_space, is_image_space_channels_first
     from stable_baselines3.common.vec_env import VecFrameStack, VecTransposeImage, is_vecenv_wrapped
+
+    from unity_sb3.run_state import CHECKPOINT_CURRICULUM_SUFFIX
 
     class _SlotAwareTrialEvalCallback(zoo_exp.TrialEvalCallback):
         """RL Zoo's pruning callback with ``eval_freq`` turned from agent steps into VecEnv steps."""
@@ -250,6 +253,26 @@ def _experiment_manager_class():
         def _init_callback(self) -> None:
             self.eval_freq = max(1, self.eval_freq // self.per_instance_slots)
             super()._init_callback()
+
+    class _CheckpointLessons(BaseCallback):
+        """Writes the curriculum's lessons beside each of RL Zoo's checkpoints, as ``unity-sb3 train`` does.
+
+        Runs after the ``CheckpointCallback`` and the ``CurriculumCallback`` in the list, so it sees the
+        checkpoint's own count of calls and the lessons after this step's update.
+        """
+
+        def __init__(self, checkpoint: CheckpointCallback, curriculum: Any) -> None:
+            super().__init__()
+            self.checkpoint, self.curriculum = checkpoint, curriculum
+
+        def _on_step(self) -> bool:
+            from unity_sb3.callbacks.curriculum import save_curriculum_state
+
+            saved = self.checkpoint
+            if saved.n_calls % saved.save_freq == 0:
+                name = f"{saved.name_prefix}_{self.num_timesteps}_steps{CHECKPOINT_CURRICULUM_SUFFIX}"
+                save_curriculum_state(self.curriculum, Path(saved.save_path) / name, self.num_timesteps)
+            return True
 
     class UnityExperimentManager(zoo_exp.ExperimentManager):
         """RL Zoo's ``ExperimentManager`` that builds Unity scenes as one ``UnityVecEnv``.
@@ -360,6 +383,12 @@ def _experiment_manager_class():
                         callback.save_freq = max(1, callback.save_freq // slots)
                 curricula = self._curriculum_callbacks(model)
                 self.callbacks.extend(curricula)
+                lessons = [c for c in curricula if isinstance(c, CurriculumCallback)]
+                self.callbacks.extend(
+                    _CheckpointLessons(callback, lessons[0])
+                    for callback in self.callbacks
+                    if lessons and isinstance(callback, CheckpointCallback)
+                )
             super().learn(model)
             for callback in curricula:
                 if isinstance(callback, CurriculumCallback):  # enjoy opens the scene at these lessons
@@ -552,7 +581,7 @@ def enjoy(argv: Sequence[str]) -> tuple[float, int]:
     from stable_baselines3.common.vec_env import VecNormalize
 
     from unity_sb3.callbacks.curriculum import CURRICULUM_FILE
-    from unity_sb3.run_state import at_saved_lessons
+    from unity_sb3.run_state import at_saved_lessons, curriculum_file_for
 
     args = _enjoy_parser().parse_args(argv)
     if args.num_threads > 0:
@@ -578,9 +607,9 @@ def enjoy(argv: Sequence[str]) -> tuple[float, int]:
         saved_args = yaml.load(args_file.read_text(), Loader=yaml.UnsafeLoader)
         env_kwargs.update(saved_args.get("env_kwargs") or {})
     env_kwargs.update(args.env_kwargs or {})
-    # the lessons training ended at, saved by train (RL Zoo's checkpoints carry none)
-    state_file = Path(stats_path) / CURRICULUM_FILE
-    announce = "Playing at the lessons training ended at:"
+    # the lessons saved with the model: a checkpoint's own, else those training ended at
+    state_file = curriculum_file_for(Path(model_path), Path(stats_path) / CURRICULUM_FILE)
+    announce = "Playing at the lessons saved with the model:"
     env_kwargs = at_saved_lessons(env_kwargs, args.seed, state_file, "enjoy: ", announce)
     env = make_unity_vec_env(args.env, n_instances=args.n_envs, seed=args.seed, env_kwargs=env_kwargs)
     if hyperparams.get("normalize") and stats_dir is not None:
