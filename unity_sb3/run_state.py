@@ -15,7 +15,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from unity_sb3.callbacks.curriculum import load_curriculum_state, save_curriculum_state
+from unity_sb3.callbacks.curriculum import (
+    CHECKPOINT_CURRICULUM_SUFFIX,
+    load_curriculum_state,
+    save_curriculum_state,
+)
 
 __all__ = [
     "CHECKPOINT_CURRICULUM_SUFFIX",
@@ -32,7 +36,6 @@ __all__ = [
 ]
 
 MODEL_FILE = "model.zip"
-CHECKPOINT_CURRICULUM_SUFFIX = ".curriculum.json"  # checkpoint_<steps>_steps.curriculum.json
 
 
 class ResumeError(FileNotFoundError):

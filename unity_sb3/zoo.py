@@ -239,11 +239,9 @@ def register() -> None:
 
 def _experiment_manager_class():
     from rl_zoo3 import exp_manager as zoo_exp
-    from stable_baselines3.common.callbacks import BaseCallback, CheckpointCallback, EvalCallback
+    from stable_baselines3.common.callbacks import CheckpointCallback, EvalCallback
     from stable_baselines3.common.preprocessing import is_image_space, is_image_space_channels_first
     from stable_baselines3.common.vec_env import VecFrameStack, VecTransposeImage, is_vecenv_wrapped
-
-    from unity_sb3.run_state import CHECKPOINT_CURRICULUM_SUFFIX
 
     class _SlotAwareTrialEvalCallback(zoo_exp.TrialEvalCallback):
         """RL Zoo's pruning callback with ``eval_freq`` turned from agent steps into VecEnv steps."""
@@ -253,26 +251,6 @@ def _experiment_manager_class():
         def _init_callback(self) -> None:
             self.eval_freq = max(1, self.eval_freq // self.per_instance_slots)
             super()._init_callback()
-
-    class _CheckpointLessons(BaseCallback):
-        """Writes the curriculum's lessons beside each of RL Zoo's checkpoints, as ``unity-sb3 train`` does.
-
-        Runs after the ``CheckpointCallback`` and the ``CurriculumCallback`` in the list, so it sees the
-        checkpoint's own count of calls and the lessons after this step's update.
-        """
-
-        def __init__(self, checkpoint: CheckpointCallback, curriculum: Any) -> None:
-            super().__init__()
-            self.checkpoint, self.curriculum = checkpoint, curriculum
-
-        def _on_step(self) -> bool:
-            from unity_sb3.callbacks.curriculum import save_curriculum_state
-
-            saved = self.checkpoint
-            if saved.n_calls % saved.save_freq == 0:
-                name = f"{saved.name_prefix}_{self.num_timesteps}_steps{CHECKPOINT_CURRICULUM_SUFFIX}"
-                save_curriculum_state(self.curriculum, Path(saved.save_path) / name, self.num_timesteps)
-            return True
 
     class UnityExperimentManager(zoo_exp.ExperimentManager):
         """RL Zoo's ``ExperimentManager`` that builds Unity scenes as one ``UnityVecEnv``.
@@ -370,7 +348,11 @@ def _experiment_manager_class():
             return max(1, env.num_envs // max(1, self.n_envs))
 
         def learn(self, model: Any) -> None:
-            from unity_sb3.callbacks.curriculum import CURRICULUM_FILE, CurriculumCallback
+            from unity_sb3.callbacks.curriculum import (
+                CURRICULUM_FILE,
+                CheckpointLessonsCallback,
+                CurriculumCallback,
+            )
             from unity_sb3.run_state import save_curriculum_files
 
             curricula: list[Any] = []
@@ -385,7 +367,7 @@ def _experiment_manager_class():
                 self.callbacks.extend(curricula)
                 lessons = [c for c in curricula if isinstance(c, CurriculumCallback)]
                 self.callbacks.extend(
-                    _CheckpointLessons(callback, lessons[0])
+                    CheckpointLessonsCallback(callback, lessons[0])
                     for callback in self.callbacks
                     if lessons and isinstance(callback, CheckpointCallback)
                 )

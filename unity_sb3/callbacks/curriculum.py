@@ -277,9 +277,35 @@ class CurriculumCallback(BaseCallback):
 
 
 CURRICULUM_FILE = "curriculum.json"
+#: a checkpoint's own lessons: ``checkpoint_<steps>_steps.curriculum.json`` beside its ``.zip``
+CHECKPOINT_CURRICULUM_SUFFIX = ".curriculum.json"
 
 
 CURRICULUM_FORMAT = 1
+
+
+class CheckpointLessonsCallback(BaseCallback):
+    """Write a curriculum's lessons beside each checkpoint of SB3's ``CheckpointCallback``.
+
+    ``unity-sb3 train`` keeps a checkpoint's lessons beside it; this does the same for a plain
+    ``CheckpointCallback`` (the RL Zoo bridge's): ``<prefix>_<steps>_steps.curriculum.json``. Put it
+    after the ``CheckpointCallback`` and the ``CurriculumCallback`` in the callback list, so that it
+    sees the checkpoint's own count of calls and the lessons after this step's update.
+
+    :param checkpoint: the callback that saves the checkpoints.
+    :param curriculum: the run's ``CurriculumCallback``.
+    """
+
+    def __init__(self, checkpoint: Any, curriculum: CurriculumCallback) -> None:
+        super().__init__()
+        self.checkpoint, self.curriculum = checkpoint, curriculum
+
+    def _on_step(self) -> bool:
+        saved = self.checkpoint
+        if saved.n_calls % saved.save_freq == 0:
+            name = f"{saved.name_prefix}_{self.num_timesteps}_steps{CHECKPOINT_CURRICULUM_SUFFIX}"
+            save_curriculum_state(self.curriculum, Path(saved.save_path) / name, self.num_timesteps)
+        return True
 
 
 def save_curriculum_state(callback: Any, path: str | Path, num_timesteps: int) -> Path:
