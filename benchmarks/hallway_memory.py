@@ -121,9 +121,13 @@ class SymbolTally:
 
     def success_after(self, step: int) -> dict[str, float]:
         """Success rate per shown symbol over the episodes that ended after ``step``."""
+        return self.success_between(step, float("inf"))
+
+    def success_between(self, low: float, high: float) -> dict[str, float]:
+        """Success rate per shown symbol over the episodes that ended in steps ``(low, high]``."""
         out = {}
         for k, name in enumerate(self.SYMBOLS):
-            rights = [right for t, symbol, right in self.ends if t > step and symbol == k]
+            rights = [right for t, symbol, right in self.ends if low < t <= high and symbol == k]
             out[name] = float(np.mean(rights)) if rights else float("nan")
         return out
 
@@ -131,9 +135,11 @@ class SymbolTally:
 class WindowPrinter(BaseCallback):
     """Prints the success rate (return > 0) of the episodes that ended in each ``window`` of steps."""
 
-    def __init__(self, recorder: EpisodeRecorder, window: int, label: str) -> None:
+    def __init__(
+        self, recorder: EpisodeRecorder, window: int, label: str, symbols: SymbolTally | None = None
+    ) -> None:
         super().__init__()
-        self.recorder, self.window, self.label = recorder, window, label
+        self.recorder, self.window, self.label, self.symbols = recorder, window, label, symbols
         self.printed = 0  # windows printed so far
         self.start = time.perf_counter()
 
@@ -142,8 +148,12 @@ class WindowPrinter(BaseCallback):
             low, high = self.printed * self.window, (self.printed + 1) * self.window
             inside = [r for t, r in self.recorder.episodes if low < t <= high]
             success = float(np.mean([r > 0 for r in inside])) if inside else float("nan")
+            by_symbol = ""
+            if self.symbols is not None:
+                shown = self.symbols.success_between(low, high)
+                by_symbol = " (" + ", ".join(f"{k} {v:.2f}" for k, v in shown.items()) + ")"
             print(
-                f"{self.label} {high}: success {success:.2f} over {len(inside)} episodes "
+                f"{self.label} {high}: success {success:.2f}{by_symbol} over {len(inside)} episodes "
                 f"({time.perf_counter() - self.start:.0f} s)",
                 flush=True,
             )
@@ -179,7 +189,7 @@ def run(
     start = time.perf_counter()
     callbacks: list[BaseCallback] = [recorder]
     if progress:
-        callbacks.append(WindowPrinter(recorder, window, f"{policy} seed {seed}"))
+        callbacks.append(WindowPrinter(recorder, window, f"{policy} seed {seed}", symbols))
     model.learn(steps, callback=callbacks)
     elapsed = time.perf_counter() - start
     env.close()
