@@ -366,11 +366,9 @@ def _experiment_manager_class():
                 curricula = self._curriculum_callbacks(model)
                 self.callbacks.extend(curricula)
                 lessons = [c for c in curricula if isinstance(c, CurriculumCallback)]
-                self.callbacks.extend(
-                    CheckpointLessonsCallback(callback, lessons[0])
-                    for callback in self.callbacks
-                    if lessons and isinstance(callback, CheckpointCallback)
-                )
+                checkpoints = [c for c in self.callbacks if isinstance(c, CheckpointCallback)]
+                if lessons:  # after the curriculum: each checkpoint's lessons beside it
+                    self.callbacks.extend(CheckpointLessonsCallback(c, lessons[0]) for c in checkpoints)
             super().learn(model)
             for callback in curricula:
                 if isinstance(callback, CurriculumCallback):  # enjoy opens the scene at these lessons
