@@ -7,8 +7,8 @@ and Swish, the "self" part of the embedding computed once per observation, rows 
 the whole batch cut away, the attention's dense layers run on the real rows only). This script times
 ``UnityMultiInputExtractor(entities="attention")`` on random Sorter observations
 (``benchmarks/sorter_probe.py``'s sampler) both ways, and the fast path with the dense layers on all
-rows (``attention.PACK_MIN_PADDING_ROWS`` out of reach, the fast path before 2026-11-27) beside them, one CPU thread,
-for rollout-sized (8 rows, forward only) and training-sized (512 rows, forward + backward) batches
+rows beside them (``attention.PACK_MIN_PADDING_ROWS`` out of reach: the fast path before
+2026-11-27), one CPU thread, for rollout-sized (8 rows, forward only) and training-sized (512 rows, forward + backward) batches
 at 1-4 and 1-20 tiles, checks that both give the same features and gradients, prints a table and
 writes ``benchmarks/results/attention_speed.json``. Each extractor is timed with the policy's first
 dense layer (128) after it; the flattened encoder (440 inputs) is timed for scale.

@@ -168,10 +168,10 @@ class ResidualSelfAttention(nn.Module):
         :param mask: ``(batch, max_entities)``, 1.0 for padding rows (:func:`zero_entities_mask`).
         :return: ``(batch, embedding_size)``: the mean over real entities (zeros when there is none).
         """
-        if not _exporting():
-            present = th.nonzero(mask.reshape(-1) < 0.5).squeeze(1)
-            padding = mask.numel() - len(present)
+        if mask.numel() >= PACK_MIN_PADDING_ROWS and not _exporting():  # rollout batches: no sync
+            padding = int(mask.sum())
             if padding >= PACK_MIN_PADDING_ROWS and 4 * padding >= mask.numel():
+                present = th.nonzero(mask.reshape(-1) < 0.5).squeeze(1)
                 return self._forward_packed(embeddings, mask, present)
         x = _layer_norm(embeddings)
         attended = self._attend(self.fc_q(x), self.fc_k(x), self.fc_v(x), mask)
