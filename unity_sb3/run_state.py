@@ -17,6 +17,7 @@ from typing import Any
 
 from unity_sb3.callbacks.curriculum import (
     CHECKPOINT_CURRICULUM_SUFFIX,
+    checkpoint_lessons_file,
     load_curriculum_state,
     save_curriculum_state,
 )
@@ -105,14 +106,13 @@ def save_curriculum_files(
         return
     save_curriculum_state(curriculum, run_file, num_timesteps)
     if checkpoint_path is not None:
-        companion = checkpoint_path.with_name(checkpoint_path.stem + CHECKPOINT_CURRICULUM_SUFFIX)
-        save_curriculum_state(curriculum, companion, num_timesteps)
+        save_curriculum_state(curriculum, checkpoint_lessons_file(checkpoint_path), num_timesteps)
 
 
 def curriculum_file_for(start_from: Path, run_file: Path) -> Path:
     """The curriculum state saved with the model ``start_from``: a checkpoint's own copy when it
     has one, else the run's ``curriculum.json`` (saved with ``model.zip`` and every checkpoint)."""
-    companion = start_from.with_name(start_from.stem + CHECKPOINT_CURRICULUM_SUFFIX)
+    companion = checkpoint_lessons_file(start_from)
     return companion if companion.is_file() else run_file
 
 

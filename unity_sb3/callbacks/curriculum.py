@@ -281,6 +281,11 @@ CURRICULUM_FILE = "curriculum.json"
 CHECKPOINT_CURRICULUM_SUFFIX = ".curriculum.json"
 
 
+def checkpoint_lessons_file(checkpoint_path: Path) -> Path:
+    """Where a checkpoint's own lessons are kept: beside it, ``<its stem>.curriculum.json``."""
+    return checkpoint_path.with_name(checkpoint_path.stem + CHECKPOINT_CURRICULUM_SUFFIX)
+
+
 CURRICULUM_FORMAT = 1
 
 
@@ -302,9 +307,9 @@ class CheckpointLessonsCallback(BaseCallback):
 
     def _on_step(self) -> bool:
         saved = self.checkpoint
-        if saved.n_calls % saved.save_freq == 0:
-            name = f"{saved.name_prefix}_{self.num_timesteps}_steps{CHECKPOINT_CURRICULUM_SUFFIX}"
-            save_curriculum_state(self.curriculum, Path(saved.save_path) / name, self.num_timesteps)
+        if saved.n_calls % saved.save_freq == 0:  # SB3's checkpoint name, then its companion's
+            model = Path(saved.save_path) / f"{saved.name_prefix}_{self.num_timesteps}_steps.zip"
+            save_curriculum_state(self.curriculum, checkpoint_lessons_file(model), self.num_timesteps)
         return True
 
 
