@@ -23,10 +23,20 @@ benchmark uses 2.0) and ``--max-steps`` the episodes (Unity's 3000, the benchmar
 decisions, the expert needs about 30) so that runs fit a small budget; ``--fixed-goals`` keeps the
 goals on their sides (the scene's ``shuffle_goals=False``: a T-maze, the symbol alone names the
 side; Unity shuffles them, so the policy must match the remembered symbol to the goal it sees);
-``--set`` replaces training settings of every policy (``net_arch`` for both, ``memory_size`` /
-``sequence_length`` for ``ppo_memory``). Writes ``benchmarks/results/<--name>.json`` (default
-``hallway_memory``); ``--progress`` prints each run's success per ``--window`` as training goes, so
-a run cut short still leaves its curve in the log.
+``--set`` replaces training settings of every policy (``net_arch``, ``activation_fn`` (tanh, silu,
+relu) and ``time_horizon`` for ``ppo_memory`` and ``no_memory``, ``memory_size`` /
+``sequence_length`` for ``ppo_memory``; ``lin_<start>_<end>`` makes ``learning_rate``,
+``clip_range`` or ``ent_coef`` a linear schedule over the run, as ML-Agents' over ``max_steps``).
+Unity's config/ppo/Hallway.yaml in full at its 10M budget:
+
+    python benchmarks/hallway_memory.py --policies ppo_memory --seeds 0 --steps 10000000 \
+        --move-step 3 --max-steps 600 --window 100000 --progress --set batch_size=128 n_epochs=3 \
+        "net_arch=[128,128]" activation_fn=silu time_horizon=64 learning_rate=lin_3e-4_1e-10 \
+        clip_range=lin_0.2_0.1 ent_coef=lin_0.03_1e-5
+
+Writes ``benchmarks/results/<--name>.json`` (default ``hallway_memory``); ``--progress`` prints each
+run's success per ``--window`` as training goes (overall, per shown symbol, and how often the rays
+saw the symbol), so a run cut short still leaves its curve in the log.
 """
 
 from __future__ import annotations
@@ -49,9 +59,13 @@ from _common import print_table, write_results
 from _curves import EpisodeRecorder, run_tasks, windowed_mean
 
 from unity_sb3 import PPO, RecurrentPPO, UnityVecEnv
+from unity_sb3.config.model_args import resolve_schedule
 from unity_sb3.scenes import make_scene
+from unity_sb3.scenes.hallway import RAY_ANGLES, RAY_FEATURES, SYMBOL_O, SYMBOL_X
 
 POLICIES = ("memory", "no_memory", "ppo_memory")
+#: ``--set activation_fn=...`` of the dense layers (SB3's default tanh; ML-Agents' network body: silu)
+ACTIVATIONS: dict[str, type[th.nn.Module]] = {"tanh": th.nn.Tanh, "silu": th.nn.SiLU, "relu": th.nn.ReLU}
 #: shared by both policies (the shipped ``unity_sb3/Hallway-v0`` entry of recurrent_ppo.yml)
 SETTINGS: dict[str, Any] = {
     "n_steps": 128,
@@ -79,9 +93,14 @@ def make_model(
         "sequence_length": settings.pop("sequence_length", 64),
     }
     net_arch = settings.pop("net_arch", None)
+    activation = ACTIVATIONS[settings.pop("activation_fn", "tanh")]
     if policy == "ppo_memory":
-        kwargs = {"policy_kwargs": {"net_arch": net_arch}} if net_arch is not None else {}
-        return RecurrentPPO("MultiInputLstmPolicy", env, seed=seed, **memory, **kwargs, **settings)
+        policy_kwargs: dict[str, Any] = {"activation_fn": activation}
+        if net_arch is not None:
+            policy_kwargs["net_arch"] = net_arch
+        return RecurrentPPO(
+            "MultiInputLstmPolicy", env, seed=seed, **memory, policy_kwargs=policy_kwargs, **settings
+        )
     if policy == "memory":
         return ContribRecurrentPPO(
             "MultiInputLstmPolicy",
@@ -91,15 +110,23 @@ def make_model(
             **settings,
         )
     arch = [128, 64] if net_arch is None else net_arch
-    return PPO("MultiInputPolicy", env, seed=seed, policy_kwargs={"net_arch": arch}, **settings)
+    return PPO(
+        "MultiInputPolicy",
+        env,
+        seed=seed,
+        policy_kwargs={"net_arch": arch, "activation_fn": activation},
+        **settings,
+    )
 
 
 class SymbolTally:
-    """Which symbol each ended episode showed and whether it ended at the right goal.
+    """Which symbol each ended episode showed, whether the rays ever saw it, and whether the episode
+    ended at the right goal.
 
-    Benchmark instrumentation on the in-process scene (its ``_on_episode_end`` hook and the
-    ``_selection`` / ``_right`` state it reads at that moment): a plateau near 0.75 may be one
-    symbol solved and the other guessed, which the overall success rate cannot tell apart.
+    Benchmark instrumentation on the in-process scene (its ``_observe`` / ``_on_episode_begin`` /
+    ``_on_episode_end`` hooks and the ``_selection`` / ``_right`` state it reads): a plateau near
+    0.75 may be one symbol solved and the other guessed, which the overall success rate cannot tell
+    apart, and a symbol the policy's path never shows cannot be remembered.
 
     :param scene: the embedded Hallway scene.
     :param clock: the current training step (read at each episode end).
@@ -108,27 +135,43 @@ class SymbolTally:
     SYMBOLS = ("O", "X")  # the scene's selection 0 and 1
 
     def __init__(self, scene: Any, clock: Any) -> None:
-        self.ends: list[tuple[int, int, bool]] = []  # (training step, symbol, right goal)
-        original = scene._on_episode_end
+        self.ends: list[tuple[int, int, bool, bool]] = []  # (training step, symbol, right goal, seen)
+        self.seen = np.zeros(scene.num_agents, dtype=bool)  # the shown symbol was in a ray this episode
+        observe, begin, end = scene._observe, scene._on_episode_begin, scene._on_episode_end
+
+        def on_observe(idx: np.ndarray) -> list[np.ndarray]:
+            obs = observe(idx)
+            rays = obs[0].reshape(len(idx), len(RAY_ANGLES), RAY_FEATURES)
+            self.seen[idx] |= rays[:, :, [SYMBOL_O, SYMBOL_X]].any(axis=(1, 2))
+            return obs
+
+        def on_episode_begin(idx: np.ndarray) -> None:
+            begin(idx)
+            self.seen[idx] = False
 
         def on_episode_end(idx: np.ndarray, interrupted: np.ndarray) -> None:
             step = clock()
-            for symbol, right in zip(scene._selection[idx].tolist(), scene._right[idx].tolist()):
-                self.ends.append((step, symbol, right))
-            original(idx, interrupted)
+            for symbol, right, seen in zip(
+                scene._selection[idx].tolist(), scene._right[idx].tolist(), self.seen[idx].tolist()
+            ):
+                self.ends.append((step, symbol, right, seen))
+            end(idx, interrupted)
 
+        scene._observe, scene._on_episode_begin = on_observe, on_episode_begin
         scene._on_episode_end = on_episode_end
 
     def success_after(self, step: int) -> dict[str, float]:
-        """Success rate per shown symbol over the episodes that ended after ``step``."""
+        """Success rate (and ``<symbol> seen``: share of episodes whose rays saw the symbol) per shown
+        symbol over the episodes that ended after ``step``."""
         return self.success_between(step, float("inf"))
 
     def success_between(self, low: float, high: float) -> dict[str, float]:
-        """Success rate per shown symbol over the episodes that ended in steps ``(low, high]``."""
+        """As :meth:`success_after`, over the episodes that ended in steps ``(low, high]``."""
         out = {}
         for k, name in enumerate(self.SYMBOLS):
-            rights = [right for t, symbol, right in self.ends if low < t <= high and symbol == k]
-            out[name] = float(np.mean(rights)) if rights else float("nan")
+            mine = [(right, seen) for t, symbol, right, seen in self.ends if low < t <= high and symbol == k]
+            out[name] = float(np.mean([r for r, _ in mine])) if mine else float("nan")
+            out[f"{name} seen"] = float(np.mean([s for _, s in mine])) if mine else float("nan")
         return out
 
 
@@ -233,7 +276,8 @@ def main(argv: list[str] | None = None) -> None:
         default=[],
         metavar="KEY=VALUE",
         help="override a training setting of every policy (YAML values), e.g. n_epochs=8 net_arch=[64,64] "
-        "memory_size=64 (memory_size / sequence_length: ppo_memory only)",
+        "memory_size=64 activation_fn=silu time_horizon=64 (memory_size / sequence_length: ppo_memory "
+        "only; activation_fn and time_horizon: ppo_memory and no_memory)",
     )
     parser.add_argument("--jobs", type=int, default=1, help="runs in parallel (one CPU thread each)")
     parser.add_argument("--window", type=int, default=10_000, help="steps per point of the curve")
@@ -248,7 +292,8 @@ def main(argv: list[str] | None = None) -> None:
         key, sep, value = item.partition("=")
         if not sep:
             parser.error(f"--set takes KEY=VALUE, got {item!r}")
-        settings[key] = yaml.safe_load(value)
+        # "lin_<start>_<end>" (learning_rate, clip_range, ent_coef): ML-Agents' linear schedules
+        settings[key] = resolve_schedule(yaml.safe_load(value))
     tasks = [
         (
             p,
