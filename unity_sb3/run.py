@@ -95,6 +95,11 @@ class RunConfig:
     #: a ``self_play`` section for every behavior, or behavior -> section (unity_sb3.run_behaviors)
     self_play: dict[str, Any] | None = None
 
+    @property
+    def unity_seed(self) -> int:
+        """The seed Unity opens with: the file's ``open_kwargs`` seed, else the run's."""
+        return self.open_kwargs.get("seed", self.seed)
+
 
 def _plain(value: Any) -> Any:
     """``value`` with anything YAML cannot represent safely (classes, callables) as readable text."""

@@ -237,9 +237,11 @@ def at_trained_lessons(config: RunConfig, model_path: Path, folder: Path) -> Run
     :raises UnityConfigurationError: the saved state does not fit the run's curricula.
     """
     state_file = curriculum_file_for(model_path, folder / CURRICULUM_FILE)
-    seed = config.open_kwargs.get("seed", config.seed)
     announce = "Evaluating at the lessons the model was trained at:"
-    return replace(config, open_kwargs=at_saved_lessons(config.open_kwargs, seed, state_file, "", announce))
+    return replace(
+        config,
+        open_kwargs=at_saved_lessons(config.open_kwargs, config.unity_seed, state_file, "", announce),
+    )
 
 
 def evaluate_from_args(args: argparse.Namespace) -> int:

@@ -122,7 +122,7 @@ def curriculum_parameters(config: Any) -> Any:
 
     :param config: the run's :class:`unity_sb3.run.RunConfig`.
     """
-    return _parameters_of(config.open_kwargs, config.open_kwargs.get("seed", config.seed))
+    return _parameters_of(config.open_kwargs, config.unity_seed)
 
 
 def _parameters_of(open_kwargs: Mapping[str, Any], seed: int) -> Any:
