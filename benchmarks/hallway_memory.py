@@ -25,7 +25,7 @@ goals on their sides (the scene's ``shuffle_goals=False``: a T-maze, the symbol 
 side; Unity shuffles them, so the policy must match the remembered symbol to the goal it sees);
 ``--set`` replaces training settings of every policy (``net_arch``, ``activation_fn`` (tanh, silu,
 relu) and ``time_horizon`` for ``ppo_memory`` and ``no_memory``, ``memory_size`` /
-``sequence_length`` for ``ppo_memory``; ``lin_<start>_<end>`` makes ``learning_rate``,
+``sequence_length`` and ``post_memory_arch`` for ``ppo_memory``; ``lin_<start>_<end>`` makes ``learning_rate``,
 ``clip_range`` or ``ent_coef`` a linear schedule over the run, as ML-Agents' over ``max_steps``).
 Unity's config/ppo/Hallway.yaml in full at its 10M budget:
 
@@ -94,10 +94,13 @@ def make_model(
     }
     net_arch = settings.pop("net_arch", None)
     activation = ACTIVATIONS[settings.pop("activation_fn", "tanh")]
+    post_memory_arch = settings.pop("post_memory_arch", None)
     if policy == "ppo_memory":
         policy_kwargs: dict[str, Any] = {"activation_fn": activation}
         if net_arch is not None:
             policy_kwargs["net_arch"] = net_arch
+        if post_memory_arch is not None:
+            policy_kwargs["post_memory_arch"] = post_memory_arch
         return RecurrentPPO(
             "MultiInputLstmPolicy", env, seed=seed, **memory, policy_kwargs=policy_kwargs, **settings
         )
@@ -276,8 +279,9 @@ def main(argv: list[str] | None = None) -> None:
         default=[],
         metavar="KEY=VALUE",
         help="override a training setting of every policy (YAML values), e.g. n_epochs=8 net_arch=[64,64] "
-        "memory_size=64 activation_fn=silu time_horizon=64 (memory_size / sequence_length: ppo_memory "
-        "only; activation_fn and time_horizon: ppo_memory and no_memory)",
+        "memory_size=64 activation_fn=silu time_horizon=64 post_memory_arch=[128] (memory_size, "
+        "sequence_length, post_memory_arch: ppo_memory only; activation_fn and time_horizon: ppo_memory "
+        "and no_memory)",
     )
     parser.add_argument("--jobs", type=int, default=1, help="runs in parallel (one CPU thread each)")
     parser.add_argument("--window", type=int, default=10_000, help="steps per point of the curve")

@@ -17,6 +17,7 @@ from unity_sb3.export import check_onnx, inspect_onnx, predict_unity_actions, ru
     [
         (ActionSpec(2, ()), [vector(5)], "MlpLstmPolicy"),
         (ActionSpec(0, (3, 2)), [vector(5)], "MlpLstmPolicy"),
+        (ActionSpec(0, (3, 2)), [vector(5)], "MlpLstmPolicy post_memory_arch"),
         pytest.param(
             ActionSpec(0, (3,)),
             [vector(4), visual_chw(1, 36, 36)],
@@ -24,11 +25,15 @@ from unity_sb3.export import check_onnx, inspect_onnx, predict_unity_actions, ru
             marks=pytest.mark.slow,  # the default suite's budget: the CNN export takes ~10 s
         ),
     ],
-    ids=["continuous", "multi_discrete", "vector_and_image"],
+    ids=["continuous", "multi_discrete", "post_memory_layers", "vector_and_image"],
 )
 def test_exported_memory_model_equals_predict_over_steps(tmp_path, action_spec, observations, policy) -> None:
     spec = BehaviorSpec(observations, action_spec)
-    kwargs = dict(features_extractor_kwargs=dict(cnn_output_dim=8)) if policy.startswith("Multi") else {}
+    kwargs: dict = (
+        dict(features_extractor_kwargs=dict(cnn_output_dim=8)) if policy.startswith("Multi") else {}
+    )
+    if policy.endswith("post_memory_arch"):  # dense layers after the LSTM travel with the actor
+        policy, kwargs = policy.split()[0], dict(post_memory_arch=[10])
     model = make_model(RecurrentPPO, spec, policy, memory_size=12, sequence_length=4, policy_kwargs=kwargs)
     scale_head(model, 40.0)
     path = export(model, tmp_path, spec)

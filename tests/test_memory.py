@@ -74,6 +74,29 @@ def test_forget_gate_bias_as_ml_agents() -> None:
         assert th.all(blocks[1] == 1.0) and all(th.all(b == 0.0) for i, b in enumerate(blocks) if i != 1)
 
 
+@pytest.mark.parametrize("post_memory_arch", [[5], [6, 4]], ids=str)
+def test_post_memory_layers_read_the_lstm_outputs_and_leave_the_memory_alone(post_memory_arch) -> None:
+    th.manual_seed(3)
+    plain = LSTMMemory(input_size=3, memory_size=8)
+    memory = LSTMMemory(
+        input_size=3, memory_size=8, post_memory_arch=post_memory_arch, activation_fn=th.nn.SiLU
+    )
+    memory.lstm.load_state_dict(plain.lstm.state_dict())
+    features, memories = th.randn(2, 5, 3), th.randn(2, 8)
+    starts = th.tensor([[0.0, 0.0, 1.0, 0.0, 0.0], [0.0] * 5])
+    outputs, final = memory(features, memories, starts)
+    lstm_outputs, expected_final = plain(features, memories, starts)
+    assert memory.output_size == post_memory_arch[-1] and outputs.shape == (2, 5, post_memory_arch[-1])
+    th.testing.assert_close(final, expected_final)  # what Unity carries is the LSTM's state only
+    th.testing.assert_close(outputs, memory.post_memory(lstm_outputs))
+    th.testing.assert_close(outputs, stepwise(memory, features, memories, starts)[0])
+
+
+def test_bad_post_memory_layers_are_rejected() -> None:
+    with pytest.raises(ValueError, match=r"post_memory_arch must list positive layer sizes, got \[4, 0\]"):
+        LSTMMemory(input_size=3, memory_size=8, post_memory_arch=[4, 0])
+
+
 @pytest.mark.parametrize(("memory_size", "sequence_length"), [(0, 4), (7, 4), (-2, 4), (8, 0)])
 def test_bad_memory_settings_are_rejected_with_the_rule(memory_size: int, sequence_length: int) -> None:
     with pytest.raises(ValueError, match=r"memory_size must be a positive even|sequence_length must be"):

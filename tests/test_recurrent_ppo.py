@@ -119,6 +119,30 @@ def test_predict_carries_memory_and_save_load_keeps_it(kind: str, tmp_path) -> N
     loaded.learn(16)
 
 
+def test_post_memory_layers_sit_between_the_lstms_and_the_heads_and_survive_save_load(tmp_path) -> None:
+    env = cue_env()
+    model = RecurrentPPO("MlpLstmPolicy", env, policy_kwargs=dict(post_memory_arch=[12]), **SMALL)
+    policy = model.policy
+    assert policy.lstm_actor.output_size == policy.lstm_critic.output_size == 12
+    assert policy.action_net.in_features == 12 and policy.value_net.in_features == 12
+    assert any(
+        p is policy.lstm_actor.post_memory[0].weight
+        for g in policy.optimizer.param_groups
+        for p in g["params"]
+    )
+    model.learn(32)
+    obs = env.reset()
+    _, state = model.predict(obs, None, np.ones(2), deterministic=True)
+    assert state.shape == (2, 8)  # the memory is the LSTM's, whatever comes after it
+    model.save(tmp_path / "model")
+    loaded = RecurrentPPO.load(tmp_path / "model", env=env)
+    assert loaded.policy.post_memory_arch == [12]
+    for a, b in zip(
+        loaded.predict(obs, state, np.zeros(2), True), model.predict(obs, state, np.zeros(2), True)
+    ):
+        np.testing.assert_allclose(a, b, atol=1e-6)
+
+
 def test_wrong_state_shape_names_the_expected_one() -> None:
     model = RecurrentPPO("MlpLstmPolicy", cue_env(), **SMALL)
     with pytest.raises(ValueError, match=r"state must be the memories of shape \(2, 8\)"):

@@ -13,6 +13,7 @@ sequence, so rollouts cut at any step (time horizon, rollout end) can be chunked
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from typing import TypeVar
 
 import numpy as np
@@ -64,20 +65,44 @@ def lstm_layer(input_size: int, hidden_size: int, forget_bias: float = 1.0) -> n
 
 class LSTMMemory(nn.Module):
     """ML-Agents' LSTM memory block: features ``[batch, seq, input_size]`` and flat memories
-    ``[batch, memory_size]`` (hidden then cell state) in, outputs ``[batch, seq, memory_size // 2]``
-    and the memories after the last step out.
+    ``[batch, memory_size]`` (hidden then cell state) in, outputs ``[batch, seq, output_size]`` and
+    the memories after the last step out.
+
+    The outputs are the LSTM's hidden states (``output_size = memory_size // 2``, ML-Agents' layout)
+    unless ``post_memory_arch`` puts dense layers after the LSTM (sb3-contrib's layout has its
+    ``net_arch`` there; ML-Agents has none): they let the heads combine what the memory holds with
+    what the agent sees now non-linearly (``output_size`` = the last layer's units). The memory
+    itself, what Unity carries in ``recurrent_in``/``recurrent_out``, does not change.
 
     :param input_size: features per step (the network body's output size).
     :param memory_size: floats of memory per agent, even; the LSTM has ``memory_size // 2`` units.
+    :param post_memory_arch: units of each dense layer after the LSTM (empty: none).
+    :param activation_fn: the activation after each of those layers.
     """
 
-    def __init__(self, input_size: int, memory_size: int) -> None:
+    def __init__(
+        self,
+        input_size: int,
+        memory_size: int,
+        post_memory_arch: Sequence[int] = (),
+        activation_fn: type[nn.Module] = nn.Tanh,
+    ) -> None:
         super().__init__()
         check_memory_settings(memory_size, 1)
+        if any(int(units) <= 0 for units in post_memory_arch):
+            raise ValueError(
+                f"post_memory_arch must list positive layer sizes, got {list(post_memory_arch)}."
+            )
         self.input_size = input_size
         self.memory_size = memory_size
         self.hidden_size = memory_size // 2
         self.lstm = lstm_layer(input_size, self.hidden_size)
+        layers: list[nn.Module] = []
+        self.output_size = self.hidden_size
+        for units in post_memory_arch:
+            layers += [nn.Linear(self.output_size, int(units)), activation_fn()]
+            self.output_size = int(units)
+        self.post_memory = nn.Sequential(*layers)
 
     def initial_memories(self, batch_size: int, device: th.device | str = "cpu") -> th.Tensor:
         """Zero memories ``[batch_size, memory_size]``, what an episode starts from."""
@@ -92,8 +117,8 @@ class LSTMMemory(nn.Module):
         :param memories: ``[batch, memory_size]``, the memory before each sequence's first step.
         :param episode_starts: ``[batch, seq]``, nonzero where an episode starts: the memory is zeroed
             before that step (including the first). ``None``: no episode starts inside the sequences.
-        :return: outputs ``[batch, seq, memory_size // 2]`` and memories ``[batch, memory_size]`` after
-            the last step.
+        :return: outputs ``[batch, seq, output_size]`` and memories ``[batch, memory_size]`` after the
+            last step.
         """
         if features.ndim != 3 or memories.shape != (features.shape[0], self.memory_size):
             raise ValueError(
@@ -103,7 +128,7 @@ class LSTMMemory(nn.Module):
         hidden, cell = (m.unsqueeze(0).contiguous() for m in memories.split(self.hidden_size, dim=1))
         if episode_starts is None:
             outputs, (hidden, cell) = self.lstm(features, (hidden, cell))
-            return outputs, th.cat([hidden[0], cell[0]], dim=1)
+            return self.post_memory(outputs), th.cat([hidden[0], cell[0]], dim=1)
         starts = episode_starts.reshape(features.shape[:2]).to(features.dtype)
         # one LSTM call per segment between columns where some sequence starts an episode
         columns = th.nonzero(starts[:, 1:].any(dim=0)).flatten().add(1).tolist()
@@ -113,7 +138,7 @@ class LSTMMemory(nn.Module):
             keep = (1.0 - starts[:, begin]).reshape(1, -1, 1)
             output, (hidden, cell) = self.lstm(features[:, begin:end], (hidden * keep, cell * keep))
             outputs.append(output)
-        return th.cat(outputs, dim=1), th.cat([hidden[0], cell[0]], dim=1)
+        return self.post_memory(th.cat(outputs, dim=1)), th.cat([hidden[0], cell[0]], dim=1)
 
 
 def predict_memories(

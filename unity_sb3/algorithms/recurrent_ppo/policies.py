@@ -3,7 +3,8 @@
 As ML-Agents' PPO builds them (``mlagents/trainers/torch_entities/networks.py``): the actor and the
 critic each have their own network body (encoders and hidden layers: SB3's features extractor and
 ``mlp_extractor``) followed by their own :class:`~unity_sb3.networks.memory.LSTMMemory`; the action
-and value heads read the LSTM's output (``memory_size // 2`` features). Each slot carries two flat
+and value heads read the LSTM's output (``memory_size // 2`` features; ``post_memory_arch`` puts
+dense layers in between, a departure from ML-Agents' layout, off by default). Each slot carries two flat
 memories, ``(n, memory_size)`` each: the actor's (what the exported model carries in Unity) and the
 critic's. ``predict`` takes and returns the actor's memory only.
 
@@ -55,6 +56,9 @@ class RecurrentActorCriticPolicy(ActorCriticPolicy):
 
     :param memory_size: floats of memory per agent and network (hidden + cell state; even).
         ``share_features_extractor`` defaults to False: ML-Agents' critic has its own encoders.
+    :param post_memory_arch: units of dense layers (``activation_fn``) between each LSTM and its head;
+        empty (the default) is ML-Agents' layout, where the heads read the LSTM directly (see
+        :class:`~unity_sb3.networks.memory.LSTMMemory`; the exported model carries them).
     """
 
     def __init__(
@@ -63,10 +67,12 @@ class RecurrentActorCriticPolicy(ActorCriticPolicy):
         action_space: spaces.Space,
         *args: Any,
         memory_size: int = DEFAULT_MEMORY_SIZE,
+        post_memory_arch: list[int] | None = None,
         **kwargs: Any,
     ) -> None:
         check_memory_settings(memory_size, 1)
         self.memory_size = memory_size
+        self.post_memory_arch = list(post_memory_arch or [])
         kwargs.setdefault("share_features_extractor", False)
         self.hybrid = is_hybrid_space(action_space)
         if self.hybrid:
@@ -99,14 +105,19 @@ class RecurrentActorCriticPolicy(ActorCriticPolicy):
         return self._get_action_dist_from_latent(latent_pi)
 
     def _get_constructor_parameters(self) -> dict[str, Any]:
-        return {**super()._get_constructor_parameters(), "memory_size": self.memory_size}
+        return {
+            **super()._get_constructor_parameters(),
+            "memory_size": self.memory_size,
+            "post_memory_arch": self.post_memory_arch,
+        }
 
     def _build_mlp_extractor(self) -> None:
         super()._build_mlp_extractor()
-        self.lstm_actor = LSTMMemory(self.mlp_extractor.latent_dim_pi, self.memory_size)
-        self.lstm_critic = LSTMMemory(self.mlp_extractor.latent_dim_vf, self.memory_size)
+        post = (self.post_memory_arch, self.activation_fn)
+        self.lstm_actor = LSTMMemory(self.mlp_extractor.latent_dim_pi, self.memory_size, *post)
+        self.lstm_critic = LSTMMemory(self.mlp_extractor.latent_dim_vf, self.memory_size, *post)
         # SB3's _build sizes the action and value heads from these: they read the LSTMs' outputs
-        self.mlp_extractor.latent_dim_pi = self.mlp_extractor.latent_dim_vf = self.memory_size // 2
+        self.mlp_extractor.latent_dim_pi = self.mlp_extractor.latent_dim_vf = self.lstm_actor.output_size
 
     def initial_memories(self, n: int) -> Memories:
         """Zero actor and critic memories for ``n`` slots."""
