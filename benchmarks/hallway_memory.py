@@ -218,6 +218,7 @@ def run(
     settings: dict[str, Any] | None = None,
     shuffle_goals: bool = True,
     progress: bool = False,
+    save_dir: str | None = None,
 ) -> dict[str, Any]:
     th.set_num_threads(1)
     scene = make_scene(
@@ -238,6 +239,8 @@ def run(
         callbacks.append(WindowPrinter(recorder, window, f"{policy} seed {seed}", symbols))
     model.learn(steps, callback=callbacks)
     elapsed = time.perf_counter() - start
+    if save_dir is not None:  # for looking at what the policy does afterwards
+        model.save(Path(save_dir) / f"{policy}_seed{seed}")
     env.close()
     tail = [r for t, r in recorder.episodes if t > 0.8 * steps]
     successes = [(t, float(r > 0)) for t, r in recorder.episodes]
@@ -289,6 +292,7 @@ def main(argv: list[str] | None = None) -> None:
         "--progress", action="store_true", help="print each run's success per --window while it trains"
     )
     parser.add_argument("--name", default="hallway_memory", help="stem of the results JSON")
+    parser.add_argument("--save-dir", help="save each trained model there as <policy>_seed<seed>.zip")
     args = parser.parse_args(argv)
 
     settings = dict(SETTINGS)
@@ -310,6 +314,7 @@ def main(argv: list[str] | None = None) -> None:
             settings,
             not args.fixed_goals,
             args.progress,
+            args.save_dir,
         )
         for p in args.policies
         for seed in args.seeds
