@@ -1,0 +1,142 @@
+"""What a trained Hallway policy does, per shown symbol: where it walks, which goal tags its rays saw,
+which side it ends on.
+
+Plays a model saved by ``hallway_memory.py --save-dir`` (``unity_sb3.RecurrentPPO``) on a fresh
+embedded Hallway with Unity's shuffled goals and records, for each ended episode, the shown symbol,
+the success, whether the rays ever showed the right and the wrong goal's tag, the side (x) it ended
+on, and its x where it first passed z = 10 (the scene's state, read through its hooks). A plateau
+where one symbol is guessed shows up as that symbol's episodes ending on one fixed side.
+
+    python benchmarks/hallway_paths.py /tmp/models/ppo_memory_seed0.zip --episodes 1500
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import print_table, write_results
+
+from unity_sb3 import RecurrentPPO, UnityVecEnv
+from unity_sb3.scenes import make_scene
+from unity_sb3.scenes.hallway import O_GOAL, RAY_ANGLES, RAY_FEATURES, X_GOAL
+
+#: z (Unity units) where the walk's x is recorded: past the symbols, before the goals (z = 22.29)
+CROSSING_Z = 10.0
+
+
+class PathRecorder:
+    """Per ended episode: symbol, outcome, goal tags seen, end side and crossing x (scene hooks).
+
+    :param scene: the embedded Hallway scene.
+    """
+
+    def __init__(self, scene: Any) -> None:
+        self.scene = scene
+        n = scene.num_agents
+        self.tags_seen = np.zeros((n, 2), dtype=bool)  # the O goal's tag, the X goal's tag
+        self.cross_x = np.full(n, np.nan)
+        self.ends: list[dict[str, Any]] = []
+        observe, begin, end = scene._observe, scene._on_episode_begin, scene._on_episode_end
+
+        def on_observe(idx: np.ndarray) -> list[np.ndarray]:
+            obs = observe(idx)
+            rays = obs[0].reshape(len(idx), len(RAY_ANGLES), RAY_FEATURES)
+            self.tags_seen[idx] |= rays[:, :, [O_GOAL, X_GOAL]].any(axis=1) > 0
+            first = (scene._pos[idx, 1] > CROSSING_Z) & np.isnan(self.cross_x[idx])
+            self.cross_x[idx[first]] = scene._pos[idx[first], 0]
+            return obs
+
+        def on_episode_begin(idx: np.ndarray) -> None:
+            begin(idx)
+            self.tags_seen[idx] = False
+            self.cross_x[idx] = np.nan
+
+        def on_episode_end(idx: np.ndarray, interrupted: np.ndarray) -> None:
+            for i in idx.tolist():
+                symbol = int(scene._selection[i])
+                right_goal_x = scene._o_goal_x[i] if symbol == 0 else -scene._o_goal_x[i]
+                self.ends.append(
+                    {
+                        "symbol": "OX"[symbol],
+                        "right": bool(scene._right[i]),
+                        "at_goal": bool(scene._right[i] or scene._wrong[i]),
+                        "ends_at_x_above_0": bool(scene._pos[i, 0] > 0),
+                        "right_goal_at_x_above_0": bool(right_goal_x > 0),
+                        "saw_right_tag": bool(self.tags_seen[i, symbol]),
+                        "saw_wrong_tag": bool(self.tags_seen[i, 1 - symbol]),
+                        "cross_x": float(self.cross_x[i]),
+                        "decisions": int(scene._step_count[i]) // scene.decision_period,
+                    }
+                )
+            end(idx, interrupted)
+
+        scene._observe, scene._on_episode_begin = on_observe, on_episode_begin
+        scene._on_episode_end = on_episode_end
+
+
+def summarise(ends: list[dict[str, Any]], symbol: str) -> dict[str, Any]:
+    """One table row: the episodes that showed ``symbol``."""
+    mine = [e for e in ends if e["symbol"] == symbol]
+    at_goal = [e for e in mine if e["at_goal"]]
+    saw_wrong = [e for e in at_goal if e["saw_wrong_tag"]]
+
+    def share(rows: list[dict[str, Any]], key: str) -> float:
+        return float(np.mean([r[key] for r in rows])) if rows else float("nan")
+
+    return {
+        "symbol": symbol,
+        "episodes": len(mine),
+        "success": share(mine, "right"),
+        "saw right tag": share(mine, "saw_right_tag"),
+        "saw wrong tag": share(mine, "saw_wrong_tag"),
+        "success after seeing the wrong tag": share(saw_wrong, "right"),
+        "ends at x > 0": share(at_goal, "ends_at_x_above_0"),
+        "success, right goal at x > 0": share([e for e in at_goal if e["right_goal_at_x_above_0"]], "right"),
+        "success, right goal at x < 0": share(
+            [e for e in at_goal if not e["right_goal_at_x_above_0"]], "right"
+        ),
+        "x at z=10 (mean)": float(np.nanmean([e["cross_x"] for e in mine])) if mine else float("nan"),
+        "x at z=10 (sd)": float(np.nanstd([e["cross_x"] for e in mine])) if mine else float("nan"),
+        "decisions (mean)": share(mine, "decisions"),
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("model", help="a RecurrentPPO model saved by hallway_memory.py --save-dir")
+    parser.add_argument("--episodes", type=int, default=1500)
+    parser.add_argument("--seed", type=int, default=123, help="the scene's seed")
+    parser.add_argument("--move-step", type=float, default=3.0, help="as the model was trained")
+    parser.add_argument("--max-steps", type=int, default=600, help="as the model was trained")
+    parser.add_argument("--deterministic", action="store_true", help="the policy's mode, not samples")
+    parser.add_argument("--name", default="hallway_paths", help="stem of the results JSON")
+    args = parser.parse_args(argv)
+
+    scene = make_scene(
+        "Hallway", seed=args.seed, move_step=args.move_step, max_steps=args.max_steps, shuffle_goals=True
+    )
+    recorder = PathRecorder(scene)
+    env = UnityVecEnv(scene)
+    model = RecurrentPPO.load(args.model, env=env)
+    obs, state, starts = env.reset(), None, np.ones(env.num_envs)
+    while len(recorder.ends) < args.episodes:
+        actions, state = model.predict(obs, state, starts, deterministic=args.deterministic)
+        obs, _, dones, _ = env.step(actions)
+        starts = dones.astype(np.float32)
+    env.close()
+    rows = [summarise(recorder.ends, symbol) for symbol in "OX"]
+    print_table(rows, list(rows[0]), title=f"{args.model}: {len(recorder.ends)} episodes")
+    path = write_results(args.name, rows, settings=vars(args))
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
