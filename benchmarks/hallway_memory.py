@@ -24,9 +24,10 @@ decisions, the expert needs about 30) so that runs fit a small budget; ``--fixed
 goals on their sides (the scene's ``shuffle_goals=False``: a T-maze, the symbol alone names the
 side; Unity shuffles them, so the policy must match the remembered symbol to the goal it sees);
 ``--set`` replaces training settings of every policy (``net_arch``, ``activation_fn`` (tanh, silu,
-relu) and ``time_horizon`` for ``ppo_memory`` and ``no_memory``, ``memory_size`` /
-``sequence_length`` and ``post_memory_arch`` for ``ppo_memory``; ``lin_<start>_<end>`` makes ``learning_rate``,
-``clip_range`` or ``ent_coef`` a linear schedule over the run, as ML-Agents' over ``max_steps``).
+relu) and ``time_horizon`` for ``ppo_memory`` and ``no_memory``; ``memory_size``,
+``sequence_length`` and ``post_memory_arch`` for ``ppo_memory``; ``lin_<start>_<end>`` makes
+``learning_rate``, ``clip_range`` or ``ent_coef`` a linear schedule over the run, as ML-Agents' over
+``max_steps``).
 Unity's config/ppo/Hallway.yaml in full at its 10M budget:
 
     python benchmarks/hallway_memory.py --policies ppo_memory --seeds 0 --steps 10000000 \
@@ -302,6 +303,10 @@ def main(argv: list[str] | None = None) -> None:
             parser.error(f"--set takes KEY=VALUE, got {item!r}")
         # "lin_<start>_<end>" (learning_rate, clip_range, ent_coef): ML-Agents' linear schedules
         settings[key] = resolve_schedule(yaml.safe_load(value))
+    if settings.get("activation_fn", "tanh") not in ACTIVATIONS:
+        parser.error(
+            f"--set activation_fn takes one of {', '.join(ACTIVATIONS)}, got {settings['activation_fn']!r}"
+        )
     tasks = [
         (
             p,
