@@ -123,14 +123,34 @@ def make_model(
     )
 
 
+def hook_scene(scene: Any, observed: Any, began: Any, ending: Any) -> None:
+    """Benchmark instrumentation on the in-process Hallway scene: ``observed(idx, rays)`` after each
+    observation (rays ``(len(idx), rays, features)``), ``began(idx)`` after each episode start and
+    ``ending(idx)`` before each episode end, while the scene's state still describes the episode."""
+    observe, begin, end = scene._observe, scene._on_episode_begin, scene._on_episode_end
+
+    def on_observe(idx: np.ndarray) -> list[np.ndarray]:
+        obs = observe(idx)
+        observed(idx, obs[0].reshape(len(idx), len(RAY_ANGLES), RAY_FEATURES))
+        return obs
+
+    def on_episode_begin(idx: np.ndarray) -> None:
+        begin(idx)
+        began(idx)
+
+    def on_episode_end(idx: np.ndarray, interrupted: np.ndarray) -> None:
+        ending(idx)
+        end(idx, interrupted)
+
+    scene._observe, scene._on_episode_begin = on_observe, on_episode_begin
+    scene._on_episode_end = on_episode_end
+
+
 class SymbolTally:
     """Which symbol each ended episode showed, whether the rays ever saw it, and whether the episode
-    ended at the right goal.
-
-    Benchmark instrumentation on the in-process scene (its ``_observe`` / ``_on_episode_begin`` /
-    ``_on_episode_end`` hooks and the ``_selection`` / ``_right`` state it reads): a plateau near
-    0.75 may be one symbol solved and the other guessed, which the overall success rate cannot tell
-    apart, and a symbol the policy's path never shows cannot be remembered.
+    ended at the right goal (:func:`hook_scene`, reading the scene's ``_selection`` / ``_right``): a
+    plateau near 0.75 may be one symbol solved and the other guessed, which the overall success rate
+    cannot tell apart, and a symbol the policy's path never shows cannot be remembered.
 
     :param scene: the embedded Hallway scene.
     :param clock: the current training step (read at each episode end).
@@ -141,28 +161,21 @@ class SymbolTally:
     def __init__(self, scene: Any, clock: Any) -> None:
         self.ends: list[tuple[int, int, bool, bool]] = []  # (training step, symbol, right goal, seen)
         self.seen = np.zeros(scene.num_agents, dtype=bool)  # the shown symbol was in a ray this episode
-        observe, begin, end = scene._observe, scene._on_episode_begin, scene._on_episode_end
 
-        def on_observe(idx: np.ndarray) -> list[np.ndarray]:
-            obs = observe(idx)
-            rays = obs[0].reshape(len(idx), len(RAY_ANGLES), RAY_FEATURES)
+        def observed(idx: np.ndarray, rays: np.ndarray) -> None:
             self.seen[idx] |= rays[:, :, [SYMBOL_O, SYMBOL_X]].any(axis=(1, 2))
-            return obs
 
-        def on_episode_begin(idx: np.ndarray) -> None:
-            begin(idx)
+        def began(idx: np.ndarray) -> None:
             self.seen[idx] = False
 
-        def on_episode_end(idx: np.ndarray, interrupted: np.ndarray) -> None:
+        def ending(idx: np.ndarray) -> None:
             step = clock()
             for symbol, right, seen in zip(
                 scene._selection[idx].tolist(), scene._right[idx].tolist(), self.seen[idx].tolist()
             ):
                 self.ends.append((step, symbol, right, seen))
-            end(idx, interrupted)
 
-        scene._observe, scene._on_episode_begin = on_observe, on_episode_begin
-        scene._on_episode_end = on_episode_end
+        hook_scene(scene, observed, began, ending)
 
     def success_after(self, step: int) -> dict[str, float]:
         """Success rate (and ``<symbol> seen``: share of episodes whose rays saw the symbol) per shown

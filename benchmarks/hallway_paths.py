@@ -21,43 +21,38 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import print_table, write_results
+from hallway_memory import hook_scene
 
 from unity_sb3 import RecurrentPPO, UnityVecEnv
 from unity_sb3.scenes import make_scene
-from unity_sb3.scenes.hallway import O_GOAL, RAY_ANGLES, RAY_FEATURES, X_GOAL
+from unity_sb3.scenes.hallway import O_GOAL, X_GOAL
 
 #: z (Unity units) where the walk's x is recorded: past the symbols, before the goals (z = 22.29)
 CROSSING_Z = 10.0
 
 
 class PathRecorder:
-    """Per ended episode: symbol, outcome, goal tags seen, end side and crossing x (scene hooks).
+    """Per ended episode: symbol, outcome, goal tags seen, end side and crossing x (:func:`hook_scene`).
 
     :param scene: the embedded Hallway scene.
     """
 
     def __init__(self, scene: Any) -> None:
-        self.scene = scene
         n = scene.num_agents
         self.tags_seen = np.zeros((n, 2), dtype=bool)  # the O goal's tag, the X goal's tag
         self.cross_x = np.full(n, np.nan)
         self.ends: list[dict[str, Any]] = []
-        observe, begin, end = scene._observe, scene._on_episode_begin, scene._on_episode_end
 
-        def on_observe(idx: np.ndarray) -> list[np.ndarray]:
-            obs = observe(idx)
-            rays = obs[0].reshape(len(idx), len(RAY_ANGLES), RAY_FEATURES)
-            self.tags_seen[idx] |= rays[:, :, [O_GOAL, X_GOAL]].any(axis=1) > 0
+        def observed(idx: np.ndarray, rays: np.ndarray) -> None:
+            self.tags_seen[idx] |= rays[:, :, [O_GOAL, X_GOAL]].any(axis=1)
             first = (scene._pos[idx, 1] > CROSSING_Z) & np.isnan(self.cross_x[idx])
             self.cross_x[idx[first]] = scene._pos[idx[first], 0]
-            return obs
 
-        def on_episode_begin(idx: np.ndarray) -> None:
-            begin(idx)
+        def began(idx: np.ndarray) -> None:
             self.tags_seen[idx] = False
             self.cross_x[idx] = np.nan
 
-        def on_episode_end(idx: np.ndarray, interrupted: np.ndarray) -> None:
+        def ending(idx: np.ndarray) -> None:
             for i in idx.tolist():
                 symbol = int(scene._selection[i])
                 right_goal_x = scene._o_goal_x[i] if symbol == 0 else -scene._o_goal_x[i]
@@ -74,10 +69,8 @@ class PathRecorder:
                         "decisions": int(scene._step_count[i]) // scene.decision_period,
                     }
                 )
-            end(idx, interrupted)
 
-        scene._observe, scene._on_episode_begin = on_observe, on_episode_begin
-        scene._on_episode_end = on_episode_end
+        hook_scene(scene, observed, began, ending)
 
 
 def summarise(ends: list[dict[str, Any]], symbol: str) -> dict[str, Any]:
