@@ -5,6 +5,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
+# make test runs the suite on every core (pytest-xdist); TEST_WORKERS=0 runs it in one process
+TEST_WORKERS ?= auto
 
 .PHONY: install train test test-slow lint bench clean
 
@@ -20,7 +22,7 @@ train: $(STAMP)
 	$(BIN)/unity-sb3 train
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow $(PYTEST_ARGS)
