@@ -1,13 +1,16 @@
 """What a trained Hallway policy does, per shown symbol: where it walks, which goal tags its rays saw,
 which side it ends on.
 
-Plays a model saved by ``hallway_memory.py --save-dir`` (``unity_sb3.RecurrentPPO``) on a fresh
+Plays a model saved by ``hallway_memory.py --save-dir`` (``unity_sb3.RecurrentPPO``), or with
+``--onnx`` a model in Unity's ONNX contract (e.g. one ``mlagents-learn`` exported: memory carried
+through ``recurrent_in`` / ``recurrent_out``, its sampled ``discrete_actions``), on a fresh
 embedded Hallway with Unity's shuffled goals and records, for each ended episode, the shown symbol,
 the success, whether the rays ever showed the right and the wrong goal's tag, the side (x) it ended
 on, and its x where it first passed z = 10 (the scene's state, read through its hooks). A plateau
 where one symbol is guessed shows up as that symbol's episodes ending on one fixed side.
 
     python benchmarks/hallway_paths.py /tmp/models/ppo_memory_seed0.zip --episodes 1500
+    python benchmarks/hallway_paths.py results/run/Hallway/Hallway-2000000.onnx --onnx
 """
 
 from __future__ import annotations
@@ -22,8 +25,11 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import print_table, write_results
 from hallway_memory import hook_scene
+from mlagents_envs.base_env import ActionTuple
 
 from unity_sb3 import RecurrentPPO, UnityVecEnv
+from unity_sb3.export.names import DISCRETE_ACTIONS, RECURRENT_OUT
+from unity_sb3.export.runtime import ort_session, run_onnx
 from unity_sb3.scenes import make_scene
 from unity_sb3.scenes.hallway import O_GOAL, X_GOAL
 
@@ -100,11 +106,48 @@ def summarise(ends: list[dict[str, Any]], symbol: str) -> dict[str, Any]:
     }
 
 
+def play_sb3(scene: Any, path: str, recorder: PathRecorder, episodes: int, deterministic: bool) -> None:
+    """Play a saved ``unity_sb3.RecurrentPPO`` through ``UnityVecEnv`` until ``episodes`` ended."""
+    env = UnityVecEnv(scene)
+    model = RecurrentPPO.load(path, env=env)
+    obs, state, starts = env.reset(), None, np.ones(env.num_envs)
+    while len(recorder.ends) < episodes:
+        actions, state = model.predict(obs, state, starts, deterministic=deterministic)
+        obs, _, dones, _ = env.step(actions)
+        starts = dones.astype(np.float32)
+    env.close()
+
+
+def play_onnx(scene: Any, path: str, recorder: PathRecorder, episodes: int) -> None:
+    """Play a Unity-contract ONNX model on the scene's ``BaseEnv`` as Unity's ``ModelRunner`` does: a
+    memory per agent id (zeros for a new id), the model's sampled ``discrete_actions``."""
+    session = ort_session(path)
+    memory_size = next(int(i.shape[-1]) for i in session.get_inputs() if i.name == "recurrent_in")
+    behavior = scene.behavior_name
+    memories: dict[int, np.ndarray] = {}
+    scene.reset()
+    while len(recorder.ends) < episodes:
+        decisions, terminals = scene.get_steps(behavior)
+        for agent in terminals.agent_id.tolist():
+            memories.pop(agent, None)
+        if len(decisions):
+            ids = decisions.agent_id.tolist()
+            held = np.stack([memories.get(a, np.zeros((1, memory_size), np.float32)) for a in ids])
+            masks = None if decisions.action_mask is None else ~np.concatenate(decisions.action_mask, axis=1)
+            out = run_onnx(path, decisions.obs, action_masks=masks, memories=held, session=session)
+            for k, agent in enumerate(ids):
+                memories[agent] = out[RECURRENT_OUT][k]
+            scene.set_actions(behavior, ActionTuple(discrete=out[DISCRETE_ACTIONS].astype(np.int32)))
+        scene.step()
+    scene.close()
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("model", help="a RecurrentPPO model saved by hallway_memory.py --save-dir")
+    parser.add_argument("--onnx", action="store_true", help="the model is an ONNX file in Unity's contract")
     parser.add_argument("--episodes", type=int, default=1500)
     parser.add_argument("--seed", type=int, default=123, help="the scene's seed")
     parser.add_argument("--move-step", type=float, default=3.0, help="as the model was trained")
@@ -117,14 +160,14 @@ def main(argv: list[str] | None = None) -> None:
         "Hallway", seed=args.seed, move_step=args.move_step, max_steps=args.max_steps, shuffle_goals=True
     )
     recorder = PathRecorder(scene)
-    env = UnityVecEnv(scene)
-    model = RecurrentPPO.load(args.model, env=env)
-    obs, state, starts = env.reset(), None, np.ones(env.num_envs)
-    while len(recorder.ends) < args.episodes:
-        actions, state = model.predict(obs, state, starts, deterministic=args.deterministic)
-        obs, _, dones, _ = env.step(actions)
-        starts = dones.astype(np.float32)
-    env.close()
+    if args.onnx:
+        if args.deterministic:
+            parser.error(
+                "--deterministic applies to RecurrentPPO models; an ONNX model's sampled actions are played"
+            )
+        play_onnx(scene, args.model, recorder, args.episodes)
+    else:
+        play_sb3(scene, args.model, recorder, args.episodes, args.deterministic)
     rows = [summarise(recorder.ends, symbol) for symbol in "OX"]
     print_table(rows, list(rows[0]), title=f"{args.model}: {len(recorder.ends)} episodes")
     path = write_results(args.name, rows, settings=vars(args))
