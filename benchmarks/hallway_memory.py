@@ -127,10 +127,10 @@ def hook_scene(scene: Any, observed: Any, began: Any, ending: Any) -> None:
     """Benchmark instrumentation on the in-process Hallway scene: ``observed(idx, rays)`` after each
     observation (rays ``(len(idx), rays, features)``), ``began(idx)`` after each episode start and
     ``ending(idx)`` before each episode end, while the scene's state still describes the episode."""
-    observe, begin, end = scene._observe, scene._on_episode_begin, scene._on_episode_end
+    frame, begin, end = scene._frame, scene._on_episode_begin, scene._on_episode_end
 
-    def on_observe(idx: np.ndarray) -> list[np.ndarray]:
-        obs = observe(idx)
+    def on_frame(idx: np.ndarray) -> list[np.ndarray]:
+        obs = frame(idx)  # this decision's sensors, before stacking
         observed(idx, obs[0].reshape(len(idx), len(RAY_ANGLES), RAY_FEATURES))
         return obs
 
@@ -142,7 +142,7 @@ def hook_scene(scene: Any, observed: Any, began: Any, ending: Any) -> None:
         ending(idx)
         end(idx, interrupted)
 
-    scene._observe, scene._on_episode_begin = on_observe, on_episode_begin
+    scene._frame, scene._on_episode_begin = on_frame, on_episode_begin
     scene._on_episode_end = on_episode_end
 
 
@@ -233,6 +233,7 @@ def run(
     shuffle_goals: bool = True,
     progress: bool = False,
     save_dir: str | None = None,
+    observation_stacks: int = 1,
 ) -> dict[str, Any]:
     th.set_num_threads(1)
     scene = make_scene(
@@ -242,6 +243,7 @@ def run(
         max_steps=max_steps,
         num_agents=num_agents,
         shuffle_goals=shuffle_goals,
+        observation_stacks=observation_stacks,
     )
     env = VecMonitor(UnityVecEnv(scene))
     model = make_model(policy, env, seed, settings)
@@ -291,6 +293,13 @@ def main(argv: list[str] | None = None) -> None:
         "--num-agents", type=int, default=8, help="Hallway num_agents (hallways, one agent each)"
     )
     parser.add_argument(
+        "--stacks",
+        type=int,
+        default=1,
+        help="Hallway observation_stacks (default 1: single frames, as every run in RESULTS.md before "
+        "2026-11-27 21:00 UTC; the prefab and the scene's default stack 3)",
+    )
+    parser.add_argument(
         "--set",
         nargs="+",
         default=[],
@@ -333,6 +342,7 @@ def main(argv: list[str] | None = None) -> None:
             not args.fixed_goals,
             args.progress,
             args.save_dir,
+            args.stacks,
         )
         for p in args.policies
         for seed in args.seeds
@@ -364,7 +374,7 @@ def main(argv: list[str] | None = None) -> None:
         summary,
         ["policy", "seeds", "success rate (mean)", "min", "max", "return (mean)", "seconds per run"],
         title=f"Hallway (move_step {args.move_step}, max_steps {args.max_steps}, shuffle_goals "
-        f"{not args.fixed_goals}), {args.steps} steps per run, settings {settings}; success = right goal, "
+        f"{not args.fixed_goals}, observation_stacks {args.stacks}), {args.steps} steps per run, settings {settings}; success = right goal, "
         "over the episodes of the last 20% of training",
     )
     path = write_results(args.name, rows, summary=summary, settings=vars(args))

@@ -152,12 +152,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=123, help="the scene's seed")
     parser.add_argument("--move-step", type=float, default=3.0, help="as the model was trained")
     parser.add_argument("--max-steps", type=int, default=600, help="as the model was trained")
+    parser.add_argument(
+        "--stacks", type=int, default=1, help="Hallway observation_stacks, as the model was trained"
+    )
     parser.add_argument("--deterministic", action="store_true", help="the policy's mode, not samples")
     parser.add_argument("--name", default="hallway_paths", help="stem of the results JSON")
     args = parser.parse_args(argv)
 
     scene = make_scene(
-        "Hallway", seed=args.seed, move_step=args.move_step, max_steps=args.max_steps, shuffle_goals=True
+        "Hallway",
+        seed=args.seed,
+        move_step=args.move_step,
+        max_steps=args.max_steps,
+        shuffle_goals=True,
+        observation_stacks=args.stacks,
     )
     recorder = PathRecorder(scene)
     if args.onnx:

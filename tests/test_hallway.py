@@ -40,14 +40,52 @@ def act(scene, actions) -> None:
     scene.step()
 
 
-def test_layout_is_hallway_agents():
-    scene = make_scene("Hallway", num_agents=2)
+@pytest.mark.parametrize(
+    ("stacks", "names"),
+    [
+        (3, ("StackingSensor_size3_RayPerceptionSensor", "StackingSensor_size3_VectorSensor_size1")),
+        (1, ("RayPerceptionSensor", "VectorSensor_size1")),
+    ],
+)
+def test_layout_is_hallway_agents(stacks, names):
+    params = {} if stacks == 3 else {"observation_stacks": stacks}  # the prefab's 3 is the default
+    scene = make_scene("Hallway", num_agents=2, **params)
     spec = scene.behavior_specs[HALLWAY]
     rays, vector = spec.observation_specs
-    assert (rays.name, rays.shape) == ("RayPerceptionSensor", (5 * 7,))
-    assert (vector.name, vector.shape) == ("VectorSensor_size1", (1,))
+    assert (rays.name, rays.shape) == (names[0], (stacks * 5 * 7,))
+    assert (vector.name, vector.shape) == (names[1], (stacks,))
     assert tuple(spec.action_spec.discrete_branches) == (5,) and spec.action_spec.continuous_size == 0
     assert scene.max_steps == 3000 and scene.decision_period == 6
+
+
+def test_observations_stack_three_frames_oldest_first_from_zeros_at_each_episode_start():
+    """Unity's StackingSensor on both sensors: the last 3 frames, oldest first, zeros before an
+    episode's first decision, cleared again when a new episode begins."""
+    scene = make_scene("Hallway", seed=0, num_agents=1, max_steps=60)
+    single = make_scene("Hallway", seed=0, num_agents=1, max_steps=60, observation_stacks=1)
+    frames: list[np.ndarray] = []
+    scene.reset(), single.reset()
+    first = scene.get_steps(HALLWAY)[0].agent_id[0]
+    for _ in range(10):  # decisions at academy steps 0, 6, ... 54; the 10th's action reaches max_steps 60
+        steps, _ = scene.get_steps(HALLWAY)
+        frame = np.concatenate(single.get_steps(HALLWAY)[0].obs[0])
+        frames.append(frame)
+        older = [np.zeros_like(frame)] * max(0, 3 - len(frames)) + frames[-3:]
+        np.testing.assert_array_equal(steps.obs[0][0], np.concatenate(older))
+        fractions = [max(0, len(frames) - 3 + k) / 10 for k in range(3)]  # StepCount / MaxStep
+        np.testing.assert_array_equal(steps.obs[1][0], np.float32(fractions))
+        act(scene, [FORWARD]), act(single, [FORWARD])
+    steps, terminal = scene.get_steps(HALLWAY)
+    assert terminal.agent_id.tolist() == [first] and terminal.interrupted[0]
+    assert terminal.obs[1][0].tolist() == pytest.approx([0.8, 0.9, 1.0])  # the last frames, then a reset
+    assert steps.obs[1][0].tolist() == [0.0, 0.0, 0.0]
+    assert not steps.obs[0][0][: 2 * 35].any() and steps.obs[0][0][2 * 35 :].any()
+
+
+@pytest.mark.parametrize("stacks", [0, 1.5, True])
+def test_observation_stacks_is_checked(stacks):
+    with pytest.raises(UnityConfigurationError, match="observation_stacks"):
+        make_scene("Hallway", observation_stacks=stacks)
 
 
 def test_episode_start_follows_on_episode_begin():
@@ -80,7 +118,7 @@ def test_step_fraction_and_step_cost_follow_max_step():
     for decision in range(1, 10):
         act(scene, [NOTHING, NOTHING])
         steps = scene.get_steps(HALLWAY)[0]
-        np.testing.assert_allclose(steps.obs[1][:, 0], 6 * decision / 60)
+        np.testing.assert_allclose(steps.obs[1][:, -1], 6 * decision / 60)  # the newest frame
         np.testing.assert_allclose(steps.reward, -6 / 60, rtol=1e-6)
     act(scene, [NOTHING, NOTHING])
     terminal = scene.get_steps(HALLWAY)[1]
@@ -129,13 +167,13 @@ def test_rays_tag_the_shown_symbol_and_the_goals(selection, tag):
     scene.reset()
     scene._selection[0], scene._symbol[0], scene._o_goal_x[0] = selection, (0.0, 0.0), -GOAL_X
     scene._pos[0], scene._yaw[0] = (0.0, -5.0), 0.0  # the symbol 5 ahead
-    rays = scene._observe(np.array([0]))[0].reshape(5, RAY_FEATURES)
+    rays = scene._frame(np.array([0]))[0].reshape(5, RAY_FEATURES)
     assert rays[0, tag] == 1.0 and rays[0, RAY_TAGS] == 0.0
     # the sphere cast (radius 0.5) touches the box's near face (0.5 deep) 1 unit early: 4 / ray length 12
     assert rays[0, RAY_TAGS + 1] == pytest.approx((5.0 - 0.5 - 0.5) / 12.0)
     scene._pos[0] = (0.0, GOAL_Z - 8.0)
     scene._yaw[0] = 0.0  # the goals 8 ahead, at +-7 (41 degrees off): the 35 degree rays hit them
-    rays = scene._observe(np.array([0]))[0].reshape(5, RAY_FEATURES)
+    rays = scene._frame(np.array([0]))[0].reshape(5, RAY_FEATURES)
     assert (
         rays[1, X_GOAL] == 1.0 and rays[2, O_GOAL] == 1.0
     )  # right ray: X goal at +7; left ray: O goal at -7
@@ -149,7 +187,7 @@ def test_rays_are_the_prefabs_sphere_casts():
 
     def ahead(x: float, z: float, yaw: float = 0.0) -> np.ndarray:
         scene._pos[0], scene._yaw[0] = (x, z), yaw
-        return scene._observe(np.array([0]))[0].reshape(5, RAY_FEATURES)[0]
+        return scene._frame(np.array([0]))[0].reshape(5, RAY_FEATURES)[0]
 
     assert ahead(2.4, -6.0)[SYMBOL_O] == 1.0  # within the box's half width 2 + the sphere's 0.5
     assert ahead(2.6, -6.0)[SYMBOL_O] == 0.0
@@ -170,9 +208,9 @@ def test_the_goal_end_shows_nothing_of_the_symbol():
     scene._yaw[:] = rng.uniform(0, 360, 400)
     idx = np.arange(400)
     scene._selection[:] = 0
-    seen_o = scene._observe(idx)[0]
+    seen_o = scene._frame(idx)[0]
     scene._selection[:] = 1
-    seen_x = scene._observe(idx)[0]
+    seen_x = scene._frame(idx)[0]
     np.testing.assert_array_equal(seen_o, seen_x)
 
 
@@ -243,6 +281,7 @@ def test_shipped_ppo_memory_settings_train_the_documented_variant():
         "move_step": 3.0,
         "max_steps": 600,
         "shuffle_goals": False,
+        "observation_stacks": 1,
     }
     make_scene("Hallway", **params["open_kwargs"])  # valid scene parameters
 
@@ -299,7 +338,9 @@ def walk_to_a_side(scene, steps) -> np.ndarray:
 def walked_episodes(n: int, seed: int, length: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``n`` episodes of the walker (move_step 2): observations ``(n, length, 36)`` (zero-padded),
     the shown symbol and the index of each episode's last decision."""
-    scene = make_scene("Hallway", seed=seed, num_agents=32, move_step=2.0, max_steps=1200)
+    scene = make_scene(
+        "Hallway", seed=seed, num_agents=32, move_step=2.0, max_steps=1200, observation_stacks=1
+    )
     scene.reset()
     current: dict[int, tuple[int, list]] = {}
     done: list[tuple[int, list]] = []

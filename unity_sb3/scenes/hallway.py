@@ -15,13 +15,19 @@ seen earlier.
 
 * Observations, sorted by sensor name as Unity sorts them:
 
-  - ``"RayPerceptionSensor"`` (35 floats): 5 sphere casts (the prefab's ``raysPerDirection`` 2,
+  - ``"StackingSensor_size3_RayPerceptionSensor"`` (3 frames of 35 floats): 5 sphere casts (the prefab's ``raysPerDirection`` 2,
     ``maxRayDegrees`` 70, ``sphereCastRadius`` 0.5, ``rayLength`` 12; in Unity's order: ahead, then
     right and left at 35 degrees, then at 70 degrees) of 7 floats each,
     as ``RayPerceptionOutput``: a one-hot of the hit object's tag (``symbol_O_Goal``,
     ``symbol_X_Goal``, ``symbol_O``, ``symbol_X``, ``wall``), 1 if the ray hit nothing, and the hit
     distance / ``RAY_LENGTH`` (1 when nothing was hit);
-  - ``"VectorSensor_size1"``: ``StepCount / MaxStep`` (``useVectorObs``).
+  - ``"StackingSensor_size3_VectorSensor_size1"`` (3 frames of 1 float): ``StepCount / MaxStep``
+    (``useVectorObs``).
+
+  The prefab stacks both sensors 3 times (the ray sensor's ``ObservationStacks`` 3, the agent's
+  ``NumStackedVectorObservations`` 3): Unity's ``StackingSensor``, oldest frame first, zeros before an
+  episode's first decision (:mod:`unity_sb3.scenes.stacking`). ``observation_stacks=1`` gives the
+  single frames under the sensors' own names (``"RayPerceptionSensor"``, ``"VectorSensor_size1"``).
 
 * Actions (``HallwayAgent.MoveAgent``): one branch of 5: 0 nothing, 1 forward, 2 backward,
   3 turn right (clockwise seen from above), 4 turn left.
@@ -32,10 +38,8 @@ Simplified from Unity: the agent moves kinematically, ``move_step`` units (defau
 (Unity's 150 degrees/s over a decision period of 6 physics steps of 0.02 s) per decision instead of
 a rigid body pushed by velocity changes; the symbol is a box of the rays' plane, 4 x 1 as the
 prefab's, but not an obstacle; the goals are discs (the prefab's 4 x 4 pads); the agent's body is a
-disc of ``AGENT_RADIUS`` and touches a goal when its disc meets the goal's. Not re-created: the
-prefab stacks 3 observations of each sensor (``ObservationStacks`` 3, ``NumStackedVectorObservations``
-3); here each decision sees its own frame only (the symbol is seen ~10-20 decisions before the goal
-end, beyond any 3-frame stack).
+disc of ``AGENT_RADIUS`` and touches a goal when its disc meets the goal's. The symbol is seen
+~10-20 decisions before the goal end, beyond the 3-frame stack: the choice still needs memory.
 """
 
 from __future__ import annotations
@@ -54,6 +58,7 @@ from mlagents_envs.base_env import (
 )
 
 from unity_sb3.scenes._grid import GridScene
+from unity_sb3.scenes.stacking import FrameStack, stacked_sensor_name
 from unity_sb3.unity.errors import UnityConfigurationError
 
 NOTHING, FORWARD, BACKWARD, TURN_RIGHT, TURN_LEFT = range(5)
@@ -163,6 +168,7 @@ class Hallway(GridScene):
         "stable_agent_ids": False,
         "move_step": MOVE_STEP,
         "shuffle_goals": True,
+        "observation_stacks": 3,
     }
     PARAM_DOCS: ClassVar[dict[str, str]] = {
         "num_agents": "number of hallways, one agent each",
@@ -171,6 +177,7 @@ class Hallway(GridScene):
         "move_step": "units walked per forward/backward decision (larger = shorter episodes, for small budgets)",
         "shuffle_goals": "put the two goals on random sides each episode (Unity); false: symbol_O_Goal always "
         "at x = +7 (a T-maze: the remembered symbol alone names the side, for small budgets)",
+        "observation_stacks": "frames of each sensor in an observation, oldest first (the prefab's 3; 1: no stacking)",
     }
 
     @classmethod
@@ -179,13 +186,22 @@ class Hallway(GridScene):
             raise UnityConfigurationError(
                 f"Hallway 'move_step' must be in [0.1, {2 * RAY_LENGTH}] units, got {params['move_step']}."
             )
+        stacks = params["observation_stacks"]
+        if isinstance(stacks, bool) or not isinstance(stacks, int) or stacks < 1:
+            raise UnityConfigurationError(
+                f"Hallway 'observation_stacks' must be an int >= 1 (the prefab's 3), got {stacks!r}."
+            )
 
     def _make_spec(self) -> BehaviorSpec:
-        rays = ObservationSpec(
-            (RAY_SIZE,), (DimensionProperty.NONE,), ObservationType.DEFAULT, "RayPerceptionSensor"
-        )
-        vector = ObservationSpec(
-            (1,), (DimensionProperty.NONE,), ObservationType.DEFAULT, "VectorSensor_size1"
+        stacks = self.params["observation_stacks"]
+        rays, vector = (
+            ObservationSpec(
+                (size * stacks,),
+                (DimensionProperty.NONE,),
+                ObservationType.DEFAULT,
+                stacked_sensor_name(name, stacks),
+            )
+            for name, size in (("RayPerceptionSensor", RAY_SIZE), ("VectorSensor_size1", 1))
         )
         return BehaviorSpec([rays, vector], ActionSpec.create_discrete((5,)))
 
@@ -200,6 +216,8 @@ class Hallway(GridScene):
         self._seen_symbol = np.zeros(n, dtype=bool)  # the expert walked past the symbol
         self._right = np.zeros(n, dtype=bool)  # the episode just ended at the right goal
         self._wrong = np.zeros(n, dtype=bool)  # ... at the wrong goal
+        stacks = self.params["observation_stacks"]
+        self._stacks = (FrameStack(n, stacks, RAY_SIZE), FrameStack(n, stacks, 1))
 
     def _on_episode_begin(self, idx: np.ndarray) -> None:
         m, rng = idx.size, self._rng
@@ -217,6 +235,8 @@ class Hallway(GridScene):
             goal_pos[:] = 0
         self._o_goal_x[idx] = np.where(goal_pos == 0, GOAL_X, -GOAL_X)
         self._seen_symbol[idx] = False
+        for stack in self._stacks:
+            stack.clear(idx)
 
     def _on_episode_end(self, idx: np.ndarray, interrupted: np.ndarray) -> None:
         for right, wrong in zip(self._right[idx], self._wrong[idx]):
@@ -277,6 +297,10 @@ class Hallway(GridScene):
         return discs, boxes
 
     def _observe(self, idx: np.ndarray) -> list[np.ndarray]:
+        return [stack.push(idx, frame) for stack, frame in zip(self._stacks, self._frame(idx))]
+
+    def _frame(self, idx: np.ndarray) -> list[np.ndarray]:
+        """What the two sensors see now (no stacking, no state changed): rays ``(m, 35)``, step fraction ``(m, 1)``."""
         discs, boxes = self._objects(idx)
         goals = np.array([O_GOAL, X_GOAL])
         # the shown symbol's tag depends on the selection: cast once per tag, keep the right one

@@ -72,6 +72,7 @@ from unity_sb3.scenes._soccer_field import (
     RaySensor,
 )
 from unity_sb3.scenes.base import EmbeddedScene
+from unity_sb3.scenes.stacking import FrameStack, stacked_sensor_name
 from unity_sb3.unity.errors import UnityConfigurationError
 
 BLUE, PURPLE = 0, 1  # AgentSoccer.Team: the team id of the behavior name
@@ -117,7 +118,7 @@ def _spec(sensors: Sequence[RaySensor]) -> BehaviorSpec:
             (s.size,),
             (DimensionProperty.NONE,),
             ObservationType.DEFAULT,
-            f"StackingSensor_size{s.stacks}_{s.name}",
+            stacked_sensor_name(s.name, s.stacks),
         )
         for s in sensors
     ]
@@ -169,7 +170,7 @@ class SoccerScene(EmbeddedScene):
         self._timer = np.zeros(n_fields, dtype=np.int64)
         self._ball_touch = np.zeros(self.total_agents)
         self._stacks = [
-            [np.zeros((self.total_agents, s.stacks, s.frame_size), dtype=np.float32) for s in sensors]
+            [FrameStack(self.total_agents, s.stacks, s.frame_size) for s in sensors]
             for sensors in self.SENSORS
         ]
 
@@ -195,7 +196,7 @@ class SoccerScene(EmbeddedScene):
         self._ball_touch[idx] = self._param("ball_touch", idx.size)
         for stacks in self._stacks:
             for stack in stacks:
-                stack[idx] = 0.0
+                stack.clear(idx)
         self._reset_fields(np.unique(self._field_of[idx]))
 
     def _reset_fields(self, fields: np.ndarray) -> None:
@@ -276,9 +277,7 @@ class SoccerScene(EmbeddedScene):
             hit, fraction = field.cast_rays(
                 st.pos[f, s], st.heading[f, s], sensor.bearings, discs, radius, kind, own_sign
             )
-            stack[idx] = np.roll(stack[idx], -1, axis=1)
-            stack[idx, -1] = field.ray_features(hit, fraction, sensor.tags)
-            out.append(stack[idx].reshape(idx.size, -1))
+            out.append(stack.push(idx, field.ray_features(hit, fraction, sensor.tags)))
         return out
 
     # ------------------------------------------------------------------ scripted team

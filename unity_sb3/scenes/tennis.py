@@ -80,6 +80,7 @@ from mlagents_envs.base_env import (
 )
 
 from unity_sb3.scenes.base import EmbeddedScene
+from unity_sb3.scenes.stacking import FrameStack, stacked_sensor_name
 from unity_sb3.unity.errors import UnityConfigurationError
 
 DT = 0.02  # s per physics step (Project/ProjectSettings/TimeManager.asset)
@@ -134,7 +135,7 @@ class Tennis(EmbeddedScene):
             )
 
     def _make_specs(self) -> list[BehaviorSpec]:
-        name = f"StackingSensor_size{STACK}_VectorSensor_size{OBS_SIZE}"
+        name = stacked_sensor_name(f"VectorSensor_size{OBS_SIZE}", STACK)
         obs = ObservationSpec((OBS_SIZE * STACK,), (DimensionProperty.NONE,), ObservationType.DEFAULT, name)
         spec = BehaviorSpec([obs], ActionSpec.create_continuous(3))
         return [spec, spec]
@@ -148,7 +149,7 @@ class Tennis(EmbeddedScene):
         self._pos = np.zeros((n, 2))
         self._vel = np.zeros((n, 2))
         self._angle = self.invert * UPRIGHT_DEG
-        self._stack = np.zeros((n, STACK - 1, OBS_SIZE), dtype=np.float32)  # older observations
+        self._stack = FrameStack(n, STACK, OBS_SIZE)
         # balls and HitWall's state, per area
         self._ball = np.zeros((areas, 2))
         self._ball_vel = np.zeros((areas, 2))
@@ -173,7 +174,7 @@ class Tennis(EmbeddedScene):
         self._pos[idx, 1] = RACKET_START_Y
         self._vel[idx] = 0.0
         self._angle[idx] = self.invert[idx] * UPRIGHT_DEG
-        self._stack[idx] = 0.0
+        self._stack.clear(idx)
         scale = self._param("scale", m)
         areas = self.area[idx]
         self._radius[areas] = 0.5 * scale
@@ -409,9 +410,7 @@ class Tennis(EmbeddedScene):
         now[:, 6] = inv * self._ball_vel[areas, 0]
         now[:, 7] = self._ball_vel[areas, 1]
         now[:, 8] = 0.0  # m_InvertMult * rotation.z: the quaternion of Euler(0, -180, z) has no z
-        out = np.concatenate([self._stack[idx].reshape(idx.size, -1), now], axis=1)
-        self._stack[idx] = np.concatenate([self._stack[idx, 1:], now[:, None]], axis=1)
-        return [out]
+        return [self._stack.push(idx, now)]
 
     def expert_actions(self, behavior_name: str, decision_steps: DecisionSteps) -> ActionTuple:
         """A scripted player, from the newest observation only (its own, mirrored, view).
