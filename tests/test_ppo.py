@@ -240,6 +240,57 @@ def test_gae_skips_inactive_steps_and_credits_their_rewards_to_the_previous_acti
     assert sum(len(b.advantages) for b in batches) == len(idx)  # inactive steps never reach a loss
 
 
+def test_buffer_normalisation_uses_every_active_step_and_leaves_placeholders_alone():
+    rng = np.random.default_rng(2)
+    active = np.array([1, 0, 1, 1, 0, 1, 1, 1], bool)[:, None]
+    n = len(active)
+    buffer = SignalRolloutBuffer(
+        n, spaces.Box(-1, 1, (1,), np.float32), spaces.Discrete(2), "cpu", 0.95, (0.9,), (False,), 1
+    )
+    _fill(buffer, rng, n, 1, 1, active=active, dones=np.zeros((n, 1), bool))
+    buffer.compute_returns_and_advantage(th.tensor([[0.3]]), np.ones(1, bool))
+    raw = buffer.advantages.copy()
+    buffer.normalize_advantages()
+    kept = raw[active]
+    np.testing.assert_allclose(
+        buffer.advantages[active], (kept - kept.mean()) / (kept.std() + 1e-8), rtol=1e-5
+    )
+    np.testing.assert_array_equal(buffer.advantages[~active], raw[~active])
+
+
+@pytest.mark.parametrize("mode", [True, "buffer"])
+def test_buffer_normalisation_normalises_once_per_update_not_per_minibatch(mode):
+    """ML-Agents normalises the advantages over the update's whole buffer; SB3 within each minibatch."""
+    env = make_vec_env("CartPole-v1", n_envs=2, seed=0)
+    signals = None if mode == "buffer" else {"extrinsic": {}}  # "buffer" takes the signal path on any env
+    settings = {**FAST, "batch_size": 16, "n_epochs": 1}
+    model = PPO("MlpPolicy", env, normalize_advantage=mode, reward_signals=signals, **settings)
+    assert model.signals is not None
+    seen: list[th.Tensor] = []
+    evaluate = model._evaluate_minibatch
+
+    def record(data):
+        seen.append(data.advantages.clone())  # as the buffer hands them over, before any per-batch step
+        return evaluate(data)
+
+    model._evaluate_minibatch = record
+    model.learn(64)
+    update = th.cat(seen)
+    assert len(seen) == 4 and len(update) == 64
+    if mode == "buffer":  # already normalised over the whole update, and not again per minibatch
+        assert abs(update.mean().item()) < 1e-5 and update.std(unbiased=False).item() == pytest.approx(
+            1, abs=1e-4
+        )
+        assert max(abs(b.mean().item()) for b in seen) > 0.05
+    else:  # raw: SB3's per-minibatch normalisation comes after
+        assert abs(update.mean().item()) > 0.05 or abs(update.std().item() - 1) > 0.05
+
+
+def test_normalize_advantage_takes_only_the_known_modes():
+    with pytest.raises(RewardSignalConfigError, match="normalize_advantage must be True"):
+        PPO("MlpPolicy", make_vec_env("CartPole-v1", n_envs=1), normalize_advantage="minibatch")
+
+
 def test_ignore_done_heads_bootstrap_from_the_terminal_value_and_truncation_bootstraps_all():
     obs_space, act_space = spaces.Box(-1, 1, (1,), np.float32), spaces.Discrete(2)
     buffer = SignalRolloutBuffer(2, obs_space, act_space, "cpu", 1.0, (0.5, 0.5), (False, True), 2)

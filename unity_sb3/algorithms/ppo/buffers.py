@@ -206,6 +206,13 @@ class SignalRolloutBuffer(BaseBuffer):
         self.returns = self.head_advantages + self.values
         self.advantages = self.head_advantages.mean(axis=2)
 
+    def normalize_advantages(self) -> None:
+        """Normalise the advantages of the active transitions over the whole rollout (mean 0, std 1),
+        as ML-Agents' trainers do once per update; placeholder steps keep theirs (never trained on)."""
+        if self.active.sum() > 1:
+            active = self.advantages[self.active]
+            self.advantages[self.active] = (active - active.mean()) / (active.std() + 1e-8)
+
     def get(self, batch_size: int | None = None) -> Generator[SignalRolloutBufferSamples, None, None]:
         """Minibatches over the *active* steps, in random order."""
         assert self.full, "the rollout buffer is not full"

@@ -17,8 +17,9 @@ With ``reward_signals`` it does what ML-Agents' PPO does:
   observation, as SB3) and, for curiosity and RND, which ML-Agents treats as non-episodic
   (``ignore_done``), every episode end.
 - **Combination.** The policy gradient uses the mean of the heads' advantages (ML-Agents'
-  ``global_advantages``; strengths already weight the rewards), normalised as SB3 does when
-  ``normalize_advantage``; the value loss is the mean of the heads' squared errors, each head
+  ``global_advantages``; strengths already weight the rewards), normalised as SB3 does (per
+  minibatch) when ``normalize_advantage`` is true, or once per update over all the rollout's active
+  transitions, as ML-Agents' trainers do, when it is ``"buffer"``; the value loss is the mean of the heads' squared errors, each head
   against its own returns.
 - **Signal updates** happen on each PPO minibatch (same epochs, same minibatches), after the
   policy step, and their losses and mean rewards are logged under ``reward_signals/<name>/``.
@@ -34,8 +35,9 @@ With ``reward_signals`` it does what ML-Agents' PPO does:
 ``time_horizon`` (ML-Agents' setting of that name): every ``time_horizon`` active steps of a slot's
 episode end a trajectory chunk; GAE does not look past a chunk's end and bootstraps from the value
 of the next observation there, as ML-Agents computes advantages per trajectory it cuts. ``None``
-(default): chunks end only at episode ends and at the rollout's end, as SB3. Giving it uses the
-signal path (an ``extrinsic``-only ``reward_signals``) also on environments that are not Unity's.
+(default): chunks end only at episode ends and at the rollout's end, as SB3. Giving it (or
+``normalize_advantage="buffer"``) uses the signal path (an ``extrinsic``-only ``reward_signals``)
+also on environments that are not Unity's.
 
 ``ent_coef`` may be a schedule of the progress remaining (1 -> 0), as ``learning_rate`` and
 ``clip_range`` are in SB3: ML-Agents' ``beta_schedule: linear`` decays the entropy coefficient
@@ -167,6 +169,9 @@ class PPO(SignalsAndBCMixin, SignalRolloutsMixin, SB3PPO, _OpenActionSpaces):
         or ``None``.
     :param ent_coef: (keyword) the entropy coefficient, or a schedule of the progress remaining
         (1 at the start, 0 at the end) giving it, e.g. ML-Agents' linear ``beta`` decay.
+    :param normalize_advantage: (keyword) ``True`` (SB3's default): advantages normalised within
+        each minibatch; ``"buffer"``: once per update over the rollout's active transitions
+        (ML-Agents' trainers); ``False``: not normalised.
     """
 
     ent_coef_schedule: Schedule | None = None  # class defaults: models saved before they existed load
@@ -189,6 +194,11 @@ class PPO(SignalsAndBCMixin, SignalRolloutsMixin, SB3PPO, _OpenActionSpaces):
                 f"time_horizon must be a whole number of agent steps >= 1 (or None), got {time_horizon!r}."
             )
         self.time_horizon = time_horizon
+        if kwargs.get("normalize_advantage", True) not in (True, False, "buffer"):
+            raise RewardSignalConfigError(
+                "normalize_advantage must be True (per minibatch, SB3), 'buffer' (once per update over the "
+                f"rollout, ML-Agents) or False, got {kwargs['normalize_advantage']!r}."
+            )
         self._init_signals_and_bc(reward_signals, behavioral_cloning)
         if callable(kwargs.get("ent_coef")):
             self.ent_coef_schedule = kwargs["ent_coef"]
@@ -230,7 +240,12 @@ class PPO(SignalsAndBCMixin, SignalRolloutsMixin, SB3PPO, _OpenActionSpaces):
             self._use_hybrid_classes()
         super()._setup_model()
         config = self.reward_signals
-        if config is None and (is_unity_vec_env(self.env) or self.time_horizon is not None or hybrid):
+        if config is None and (
+            is_unity_vec_env(self.env)
+            or self.time_horizon is not None
+            or hybrid
+            or self.normalize_advantage == "buffer"
+        ):
             config = {"extrinsic": {}}  # the signal path skips inactive slots and cuts chunks
         parsed = self._setup_signals(config)
         if parsed is not None:
@@ -316,13 +331,15 @@ class PPO(SignalsAndBCMixin, SignalRolloutsMixin, SB3PPO, _OpenActionSpaces):
         approx_kl_divs: list[float] = []
         loss = th.zeros(())
         continue_training = True
+        if self.normalize_advantage == "buffer":
+            self.rollout_buffer.normalize_advantages()
         for epoch in range(self.n_epochs):
             approx_kl_divs = []
             for data in self.rollout_buffer.get(self.batch_size):
                 values, log_prob, entropy = self._evaluate_minibatch(data)
                 values = values.reshape(-1, len(self._heads))
                 advantages = data.advantages
-                if self.normalize_advantage and len(advantages) > 1:
+                if self.normalize_advantage != "buffer" and self.normalize_advantage and len(advantages) > 1:
                     advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
                 if data.old_log_prob_parts is None:
                     ratio = th.exp(log_prob - data.old_log_prob)
