@@ -374,7 +374,8 @@ def main(argv: list[str] | None = None) -> None:
         summary,
         ["policy", "seeds", "success rate (mean)", "min", "max", "return (mean)", "seconds per run"],
         title=f"Hallway (move_step {args.move_step}, max_steps {args.max_steps}, shuffle_goals "
-        f"{not args.fixed_goals}, observation_stacks {args.stacks}), {args.steps} steps per run, settings {settings}; success = right goal, "
+        f"{not args.fixed_goals}, observation_stacks {args.stacks}), {args.steps} steps per run, "
+        f"settings {settings}; success = right goal, "
         "over the episodes of the last 20% of training",
     )
     path = write_results(args.name, rows, summary=summary, settings=vars(args))

@@ -15,10 +15,10 @@ seen earlier.
 
 * Observations, sorted by sensor name as Unity sorts them:
 
-  - ``"StackingSensor_size3_RayPerceptionSensor"`` (3 frames of 35 floats): 5 sphere casts (the prefab's ``raysPerDirection`` 2,
-    ``maxRayDegrees`` 70, ``sphereCastRadius`` 0.5, ``rayLength`` 12; in Unity's order: ahead, then
-    right and left at 35 degrees, then at 70 degrees) of 7 floats each,
-    as ``RayPerceptionOutput``: a one-hot of the hit object's tag (``symbol_O_Goal``,
+  - ``"StackingSensor_size3_RayPerceptionSensor"`` (3 frames of 35 floats): 5 sphere casts (the
+    prefab's ``raysPerDirection`` 2, ``maxRayDegrees`` 70, ``sphereCastRadius`` 0.5, ``rayLength``
+    12; in Unity's order: ahead, then right and left at 35 degrees, then at 70 degrees) of 7 floats
+    each, as ``RayPerceptionOutput``: a one-hot of the hit object's tag (``symbol_O_Goal``,
     ``symbol_X_Goal``, ``symbol_O``, ``symbol_X``, ``wall``), 1 if the ray hit nothing, and the hit
     distance / ``RAY_LENGTH`` (1 when nothing was hit);
   - ``"StackingSensor_size3_VectorSensor_size1"`` (3 frames of 1 float): ``StepCount / MaxStep``
@@ -177,7 +177,8 @@ class Hallway(GridScene):
         "move_step": "units walked per forward/backward decision (larger = shorter episodes, for small budgets)",
         "shuffle_goals": "put the two goals on random sides each episode (Unity); false: symbol_O_Goal always "
         "at x = +7 (a T-maze: the remembered symbol alone names the side, for small budgets)",
-        "observation_stacks": "frames of each sensor in an observation, oldest first (the prefab's 3; 1: no stacking)",
+        "observation_stacks": "frames of each sensor in an observation, oldest first (the prefab's 3; "
+        "1: no stacking)",
     }
 
     @classmethod
@@ -300,7 +301,8 @@ class Hallway(GridScene):
         return [stack.push(idx, frame) for stack, frame in zip(self._stacks, self._frame(idx))]
 
     def _frame(self, idx: np.ndarray) -> list[np.ndarray]:
-        """What the two sensors see now (no stacking, no state changed): rays ``(m, 35)``, step fraction ``(m, 1)``."""
+        """What the two sensors see now, unstacked and changing no state: rays ``(m, 35)`` and the
+        step fraction ``(m, 1)``."""
         discs, boxes = self._objects(idx)
         goals = np.array([O_GOAL, X_GOAL])
         # the shown symbol's tag depends on the selection: cast once per tag, keep the right one

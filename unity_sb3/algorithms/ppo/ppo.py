@@ -18,9 +18,9 @@ With ``reward_signals`` it does what ML-Agents' PPO does:
   (``ignore_done``), every episode end.
 - **Combination.** The policy gradient uses the mean of the heads' advantages (ML-Agents'
   ``global_advantages``; strengths already weight the rewards), normalised as SB3 does (per
-  minibatch) when ``normalize_advantage`` is true, or once per update over all the rollout's active
-  transitions, as ML-Agents' trainers do, when it is ``"buffer"``; the value loss is the mean of the heads' squared errors, each head
-  against its own returns.
+  minibatch) when ``normalize_advantage`` is true, or once per update over all the rollout's
+  active transitions, as ML-Agents' trainers do, when it is ``"buffer"``; the value loss is the
+  mean of the heads' squared errors, each head against its own returns.
 - **Signal updates** happen on each PPO minibatch (same epochs, same minibatches), after the
   policy step, and their losses and mean rewards are logged under ``reward_signals/<name>/``.
 - **Inactive slots** (``infos[i]["active"] == False``: placeholder steps of a ``UnityVecEnv`` slot
