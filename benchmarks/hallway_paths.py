@@ -122,7 +122,8 @@ def play_onnx(scene: Any, path: str, recorder: PathRecorder, episodes: int) -> N
     """Play a Unity-contract ONNX model on the scene's ``BaseEnv`` as Unity's ``ModelRunner`` does: a
     memory per agent id (zeros for a new id), the model's sampled ``discrete_actions``."""
     session = ort_session(path)
-    memory_size = next(int(i.shape[-1]) for i in session.get_inputs() if i.name == "recurrent_in")
+    sizes = [int(i.shape[-1]) for i in session.get_inputs() if i.name == "recurrent_in"]
+    memory_size = sizes[0] if sizes else 0  # 0: a model without memory
     behavior = scene.behavior_name
     memories: dict[int, np.ndarray] = {}
     scene.reset()
@@ -134,9 +135,15 @@ def play_onnx(scene: Any, path: str, recorder: PathRecorder, episodes: int) -> N
             ids = decisions.agent_id.tolist()
             held = np.stack([memories.get(a, np.zeros((1, memory_size), np.float32)) for a in ids])
             masks = None if decisions.action_mask is None else ~np.concatenate(decisions.action_mask, axis=1)
-            out = run_onnx(path, decisions.obs, action_masks=masks, memories=held, session=session)
-            for k, agent in enumerate(ids):
-                memories[agent] = out[RECURRENT_OUT][k]
+            out = run_onnx(
+                path,
+                decisions.obs,
+                action_masks=masks,
+                memories=held if memory_size else None,
+                session=session,
+            )
+            if memory_size:
+                memories.update(zip(ids, out[RECURRENT_OUT]))
             scene.set_actions(behavior, ActionTuple(discrete=out[DISCRETE_ACTIONS].astype(np.int32)))
         scene.step()
     scene.close()
@@ -146,7 +153,10 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("model", help="a RecurrentPPO model saved by hallway_memory.py --save-dir")
+    parser.add_argument(
+        "model",
+        help="a RecurrentPPO model saved by hallway_memory.py --save-dir, or an ONNX file with --onnx",
+    )
     parser.add_argument("--onnx", action="store_true", help="the model is an ONNX file in Unity's contract")
     parser.add_argument("--episodes", type=int, default=1500)
     parser.add_argument("--seed", type=int, default=123, help="the scene's seed")
