@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from filelock import FileLock
 
 ray = pytest.importorskip("ray", reason="RayUnityVecEnv needs the 'ray' extra (pip install 'unity_sb3[ray]')")
 
@@ -33,13 +34,16 @@ ACTOR = {"num_cpus": 0.1}  # the test Ray instance has 2 CPUs; several actors mu
 
 
 @pytest.fixture(scope="module", autouse=True)
-def ray_instance():
+def ray_instance(tmp_path_factory):
     # the scripted env and this module are not importable in Ray workers: ship them by value
     ray.cloudpickle.register_pickle_by_value(scripted_env)
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    # pytest-xdist workers share the parent of their base temp dirs: one Ray start at a time
+    start_lock = FileLock(tmp_path_factory.getbasetemp().parent / "ray_start.lock")
     for attempt in range(3):
         try:
-            ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+            with start_lock:
+                ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
             break
         except Exception as exc:
             # Ray gives its raylet 30 s to register and its GCS a while to write its port file; in
