@@ -60,6 +60,7 @@ from mlagents_envs.base_env import (
 from unity_sb3.scenes._grid import GridScene
 from unity_sb3.scenes.stacking import FrameStack, stacked_sensor_name
 from unity_sb3.unity.errors import UnityConfigurationError
+from unity_sb3.validation import is_int
 
 NOTHING, FORWARD, BACKWARD, TURN_RIGHT, TURN_LEFT = range(5)
 #: Detectable tags of the ray sensor, in the order of its one-hot features.
@@ -188,7 +189,7 @@ class Hallway(GridScene):
                 f"Hallway 'move_step' must be in [0.1, {2 * RAY_LENGTH}] units, got {params['move_step']}."
             )
         stacks = params["observation_stacks"]
-        if isinstance(stacks, bool) or not isinstance(stacks, int) or stacks < 1:
+        if not is_int(stacks) or stacks < 1:
             raise UnityConfigurationError(
                 f"Hallway 'observation_stacks' must be an int >= 1 (the prefab's 3), got {stacks!r}."
             )

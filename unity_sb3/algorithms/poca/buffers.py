@@ -45,6 +45,7 @@ from gymnasium import spaces
 from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.preprocessing import get_action_dim, get_obs_shape
 
+from unity_sb3.algorithms.advantages import normalize_active_advantages
 from unity_sb3.algorithms.distributions import action_layout, flat_action_space, is_hybrid_space
 from unity_sb3.algorithms.poca.group_steps import (
     BEFORE_ROLLOUT,
@@ -512,9 +513,8 @@ class POCARolloutBuffer(RolloutBuffer):
             self.share_rewards,
         )
         self.advantages = np.where(self.active, self.returns - self.baselines, 0.0).astype(np.float32)
-        if self.normalize_advantage and self.active.sum() > 1:
-            active_adv = self.advantages[self.active]
-            self.advantages[self.active] = (active_adv - active_adv.mean()) / (active_adv.std() + 1e-8)
+        if self.normalize_advantage:
+            normalize_active_advantages(self.advantages, self.active)
 
     def _last_group_values(
         self,

@@ -10,6 +10,7 @@ import torch as th
 from gymnasium import spaces
 from stable_baselines3.common.buffers import BaseBuffer
 
+from unity_sb3.algorithms.advantages import normalize_active_advantages
 from unity_sb3.algorithms.distributions import action_layout, flat_action_space, is_hybrid_space
 
 REWARD_CHUNK = 4096  # transitions per forward pass when computing intrinsic rewards
@@ -209,9 +210,7 @@ class SignalRolloutBuffer(BaseBuffer):
     def normalize_advantages(self) -> None:
         """Normalise the advantages of the active transitions over the whole rollout (mean 0, std 1),
         as ML-Agents' trainers do once per update; placeholder steps keep theirs (never trained on)."""
-        if self.active.sum() > 1:
-            active = self.advantages[self.active]
-            self.advantages[self.active] = (active - active.mean()) / (active.std() + 1e-8)
+        normalize_active_advantages(self.advantages, self.active)
 
     def get(self, batch_size: int | None = None) -> Generator[SignalRolloutBufferSamples, None, None]:
         """Minibatches over the *active* steps, in random order."""
