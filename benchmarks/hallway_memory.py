@@ -18,8 +18,8 @@ carries the symbol in where it walks.
         --move-step 3 --max-steps 600 --fixed-goals --jobs 2 \
         --set batch_size=128 n_epochs=3 ent_coef=0.03 "net_arch=[128,128]"
 
-``--move-step`` shortens the walk (units per forward decision; Unity-like default 1.0, the
-benchmark uses 2.0) and ``--max-steps`` the episodes (Unity's 3000, the benchmark 1200: 200
+``--move-step`` sets the kinematic scene's pace (units per forward decision; the benchmark's default
+2.0; Unity's rigid body, ``--motion rigid_body``, walks ~3.7 once up to speed) and ``--max-steps`` the episodes (Unity's 3000, the benchmark 1200: 200
 decisions, the expert needs about 30) so that runs fit a small budget; ``--fixed-goals`` keeps the
 goals on their sides (the scene's ``shuffle_goals=False``: a T-maze, the symbol alone names the
 side; Unity shuffles them, so the policy must match the remembered symbol to the goal it sees);
@@ -234,16 +234,19 @@ def run(
     progress: bool = False,
     save_dir: str | None = None,
     observation_stacks: int = 1,
+    motion: str = "kinematic",
 ) -> dict[str, Any]:
     th.set_num_threads(1)
+    pace = {"move_step": move_step} if motion == "kinematic" else {}
     scene = make_scene(
         "Hallway",
         seed=seed,
-        move_step=move_step,
         max_steps=max_steps,
         num_agents=num_agents,
         shuffle_goals=shuffle_goals,
         observation_stacks=observation_stacks,
+        motion=motion,
+        **pace,
     )
     env = VecMonitor(UnityVecEnv(scene))
     model = make_model(policy, env, seed, settings)
@@ -300,6 +303,13 @@ def main(argv: list[str] | None = None) -> None:
         "2026-11-27 21:00 UTC; the prefab and the scene's default stack 3)",
     )
     parser.add_argument(
+        "--motion",
+        choices=["kinematic", "rigid_body"],
+        default="kinematic",
+        help="Hallway motion (default kinematic, with --move-step: every run in RESULTS.md before "
+        "2026-11-28; rigid_body is Unity's physics and pace, the scene's default, and ignores --move-step)",
+    )
+    parser.add_argument(
         "--set",
         nargs="+",
         default=[],
@@ -343,6 +353,7 @@ def main(argv: list[str] | None = None) -> None:
             args.progress,
             args.save_dir,
             args.stacks,
+            args.motion,
         )
         for p in args.policies
         for seed in args.seeds
@@ -373,7 +384,7 @@ def main(argv: list[str] | None = None) -> None:
     print_table(
         summary,
         ["policy", "seeds", "success rate (mean)", "min", "max", "return (mean)", "seconds per run"],
-        title=f"Hallway (move_step {args.move_step}, max_steps {args.max_steps}, shuffle_goals "
+        title=f"Hallway (motion {args.motion}, move_step {args.move_step}, max_steps {args.max_steps}, shuffle_goals "
         f"{not args.fixed_goals}, observation_stacks {args.stacks}), {args.steps} steps per run, "
         f"settings {settings}; success = right goal, "
         "over the episodes of the last 20% of training",

@@ -165,6 +165,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--stacks", type=int, default=1, help="Hallway observation_stacks, as the model was trained"
     )
+    parser.add_argument(
+        "--motion",
+        choices=["kinematic", "rigid_body"],
+        default="kinematic",
+        help="Hallway motion, as the model was trained (rigid_body ignores --move-step)",
+    )
     parser.add_argument("--deterministic", action="store_true", help="the policy's mode, not samples")
     parser.add_argument("--name", default="hallway_paths", help="stem of the results JSON")
     args = parser.parse_args(argv)
@@ -172,8 +178,9 @@ def main(argv: list[str] | None = None) -> None:
     scene = make_scene(
         "Hallway",
         seed=args.seed,
-        move_step=args.move_step,
         max_steps=args.max_steps,
+        motion=args.motion,
+        **({"move_step": args.move_step} if args.motion == "kinematic" else {}),
         shuffle_goals=True,
         observation_stacks=args.stacks,
     )

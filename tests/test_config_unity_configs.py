@@ -243,7 +243,7 @@ def test_hallway_configs_train_unchanged_on_the_hallway_scene(tmp_path: Path, na
     from unity_sb3.scenes import make_scene
 
     demo = tmp_path / "ExpertHallway.demo"
-    scene = make_scene("Hallway", seed=7, move_step=2.0)
+    scene = make_scene("Hallway", seed=7)
     behavior = next(iter(scene.behavior_specs))
     record_demo(scene, behavior, lambda s: scene.expert_actions(behavior, s), str(demo), n_episodes=8)
     scene.close()

@@ -13,13 +13,17 @@ from unity_sb3.open import open_unity
 from unity_sb3.scenes import make_scene
 from unity_sb3.scenes.hallway import (
     BACKWARD,
+    DRAG,
     FORWARD,
+    FRICTION_DECELERATION,
     GOAL_X,
     GOAL_Z,
     NOTHING,
     O_GOAL,
+    PHYSICS_DT,
     RAY_FEATURES,
     RAY_TAGS,
+    RUN_SPEED,
     SYMBOL_O,
     SYMBOL_X,
     TURN_DEGREES,
@@ -139,19 +143,81 @@ def test_turn_actions_rotate_clockwise_and_back(action, turn):
 
 @pytest.mark.parametrize(("action", "sign"), [(FORWARD, 1.0), (BACKWARD, -1.0)])
 def test_moves_follow_the_heading(action, sign):
-    scene = make_scene("Hallway", seed=0, num_agents=1, move_step=0.5)
+    scene = make_scene("Hallway", seed=0, num_agents=1, move_step=0.5, motion="kinematic")
     scene.reset()
     scene._pos[0], scene._yaw[0] = (0.0, -10.0), 90.0  # facing +x
     act(scene, [action])
     np.testing.assert_allclose(scene._pos[0], (sign * 0.5, -10.0), atol=1e-9)
 
 
-@pytest.mark.parametrize(("selection", "right"), [(0, True), (1, False)])
-def test_touching_a_goal_ends_the_episode_with_one_or_minus_a_tenth(selection, right):
+def far_symbol(scene) -> None:
+    scene._symbol[:] = (0.0, 100.0)  # out of the way
+
+
+@pytest.mark.parametrize(("action", "sign"), [(FORWARD, 1.0), (BACKWARD, -1.0)])
+def test_rigid_body_speeds_up_to_unitys_pace_then_coasts_to_a_stop(action, sign):
+    """Velocity changes of 1.5 units/s per academy step against drag 2 and friction: ~0.5 units in
+    the first decision, ~3.7 per decision once up to speed; released, the body slides on and stops."""
     scene = make_scene("Hallway", seed=0, num_agents=1)
     scene.reset()
+    far_symbol(scene)
+    scene._pos[0], scene._yaw[0], scene._vel[0] = (0.0, -20.0 * sign), 0.0, 0.0  # facing +z
+    z = [scene._pos[0, 1]]
+    for _ in range(10):
+        act(scene, [action])
+        z.append(scene._pos[0, 1])
+    walked = np.diff(z) * sign
+    assert 0.3 < walked[0] < 0.6 and np.all(np.diff(walked) > 0)
+    per_step = (
+        (RUN_SPEED - FRICTION_DECELERATION * PHYSICS_DT) * (1 - DRAG * PHYSICS_DT) / (DRAG * PHYSICS_DT)
+    )
+    assert 0.85 * per_step * PHYSICS_DT * 6 < walked[-1] < per_step * PHYSICS_DT * 6  # approaching it
+    assert scene._pos[0, 0] == 0.0
+    for _ in range(10):
+        act(scene, [NOTHING])
+        z.append(scene._pos[0, 1])
+    coasted = np.diff(z[10:]) * sign
+    assert coasted[0] > 1.0 and np.all(np.diff(coasted[coasted > 0]) < 0) and coasted[-1] == 0.0
+    np.testing.assert_array_equal(scene._vel[0], 0.0)
+
+
+def test_rigid_body_keeps_its_momentum_while_turning():
+    scene = make_scene("Hallway", seed=0, num_agents=1)
+    scene.reset()
+    far_symbol(scene)
+    scene._pos[0], scene._yaw[0], scene._vel[0] = (0.0, -20.0), 0.0, (0.0, 20.0)
+    act(scene, [TURN_RIGHT])
+    assert scene._yaw[0] == pytest.approx(TURN_DEGREES)
+    assert scene._pos[0, 0] == 0.0 and scene._pos[0, 1] > -20.0 + 1.5  # still sliding along +z
+
+
+def test_walls_and_the_symbol_stop_the_rigid_body():
+    """The prefab's walls (inner faces at x = +-9.5, z = +-24.75) and the shown symbol (a solid
+    4 x 1 block) stop the agent's 1 x 1 body; it is not pushed through."""
+    scene = make_scene("Hallway", seed=0, num_agents=2)
+    scene.reset()
+    scene._symbol[:] = (0.0, 0.0)
+    scene._pos[:], scene._vel[:] = ((5.0, -20.0), (0.0, -6.0)), 0.0
+    scene._yaw[:] = (90.0, 0.0)  # agent 0 runs at the +x wall, agent 1 at the symbol's near face
+    for _ in range(8):
+        act(scene, [FORWARD, FORWARD])
+        assert scene._pos[0, 0] <= 9.0 and scene._pos[1, 1] <= -1.0
+    assert scene._pos[0, 0] == 9.0 and scene._vel[0, 0] == 0.0
+    assert scene._pos[1, 1] == -1.0 and scene._vel[1, 1] == 0.0
+
+
+def test_motion_is_checked():
+    with pytest.raises(UnityConfigurationError, match="motion"):
+        make_scene("Hallway", motion="physics")
+
+
+@pytest.mark.parametrize("motion", ["rigid_body", "kinematic"])
+@pytest.mark.parametrize(("selection", "right"), [(0, True), (1, False)])
+def test_touching_a_goal_ends_the_episode_with_one_or_minus_a_tenth(selection, right, motion):
+    scene = make_scene("Hallway", seed=0, num_agents=1, motion=motion)
+    scene.reset()
     scene._selection[0], scene._o_goal_x[0] = selection, GOAL_X
-    scene._pos[0], scene._yaw[0] = (GOAL_X, GOAL_Z - 3.0), 0.0  # in front of the O goal
+    scene._pos[0], scene._yaw[0] = (GOAL_X, GOAL_Z - 2.9), 0.0  # in front of the O goal, one decision away
     first = scene.get_steps(HALLWAY)[0].agent_id[0]
     act(scene, [FORWARD])
     terminal = scene.get_steps(HALLWAY)[1]
@@ -161,9 +227,10 @@ def test_touching_a_goal_ends_the_episode_with_one_or_minus_a_tenth(selection, r
     assert scene.get_steps(HALLWAY)[0].agent_id[0] != first  # a new episode, at the next decision
 
 
+@pytest.mark.parametrize("motion", ["rigid_body", "kinematic"])
 @pytest.mark.parametrize(("selection", "tag"), [(0, SYMBOL_O), (1, SYMBOL_X)])
-def test_rays_tag_the_shown_symbol_and_the_goals(selection, tag):
-    scene = make_scene("Hallway", seed=0, num_agents=1)
+def test_rays_tag_the_shown_symbol_and_the_goals(selection, tag, motion):
+    scene = make_scene("Hallway", seed=0, num_agents=1, motion=motion)
     scene.reset()
     scene._selection[0], scene._symbol[0], scene._o_goal_x[0] = selection, (0.0, 0.0), -GOAL_X
     scene._pos[0], scene._yaw[0] = (0.0, -5.0), 0.0  # the symbol 5 ahead
@@ -179,9 +246,11 @@ def test_rays_tag_the_shown_symbol_and_the_goals(selection, tag):
     )  # right ray: X goal at +7; left ray: O goal at -7
 
 
-def test_rays_are_the_prefabs_sphere_casts():
-    """HallwayArea.prefab: rayLength 12, sphereCastRadius 0.5, the symbol a box 4 wide and 1 deep."""
-    scene = make_scene("Hallway", seed=0, num_agents=1)
+@pytest.mark.parametrize(("motion", "wall_x"), [("rigid_body", 9.5), ("kinematic", 10.0)])
+def test_rays_are_the_prefabs_sphere_casts(motion, wall_x):
+    """HallwayArea.prefab: rayLength 12, sphereCastRadius 0.5, the symbol a box 4 wide and 1 deep,
+    the walls' inner faces at x = +-9.5 (the kinematic scene's at +-10)."""
+    scene = make_scene("Hallway", seed=0, num_agents=1, motion=motion)
     scene.reset()
     scene._selection[0], scene._symbol[0], scene._o_goal_x[0] = 0, (0.0, 0.0), GOAL_X
 
@@ -193,17 +262,18 @@ def test_rays_are_the_prefabs_sphere_casts():
     assert ahead(2.6, -6.0)[SYMBOL_O] == 0.0
     assert ahead(0.0, -12.5)[SYMBOL_O] == 1.0  # near face at 0.5 + sphere 0.5: 11 away, within 12
     assert ahead(0.0, -13.5)[RAY_TAGS] == 1.0  # 12 away: nothing within reach
-    wall = ahead(0.0, 0.0, yaw=90.0)  # facing +x: the wall at 10, touched by the sphere at 9.5
-    assert wall[WALL] == 1.0 and wall[RAY_TAGS + 1] == pytest.approx(9.5 / 12.0)
+    wall = ahead(0.0, 0.0, yaw=90.0)  # facing +x: the sphere touches the wall 0.5 before its face
+    assert wall[WALL] == 1.0 and wall[RAY_TAGS + 1] == pytest.approx((wall_x - 0.5) / 12.0)
 
 
-def test_the_goal_end_shows_nothing_of_the_symbol():
+@pytest.mark.parametrize("motion", ["rigid_body", "kinematic"])
+def test_the_goal_end_shows_nothing_of_the_symbol(motion):
     """Where the goals can be touched, the observation is the same whichever symbol was shown: no
     policy without memory can choose the right goal more often than half the time."""
-    scene = make_scene("Hallway", seed=0, num_agents=400)
+    scene = make_scene("Hallway", seed=0, num_agents=400, motion=motion)
     scene.reset()
     rng = np.random.default_rng(0)
-    # a goal (z 22.29, radius 2) is touched from within 2.5 of its centre: z >= 19.79
+    # a goal (a disc at z 22.29 of radius 2, or the box from z 20.29) is touched from z >= 19.79
     scene._pos[:] = np.stack([rng.uniform(-9.5, 9.5, 400), rng.uniform(19.5, 24.5, 400)], axis=1)
     scene._yaw[:] = rng.uniform(0, 360, 400)
     idx = np.arange(400)
@@ -214,8 +284,9 @@ def test_the_goal_end_shows_nothing_of_the_symbol():
     np.testing.assert_array_equal(seen_o, seen_x)
 
 
-def test_expert_solves_it():
-    scene = make_scene("Hallway", seed=4, num_agents=8)
+@pytest.mark.parametrize("motion", ["rigid_body", "kinematic"])
+def test_expert_solves_it(motion):
+    scene = make_scene("Hallway", seed=4, num_agents=8, motion=motion)
     scene.reset()
     rewards = []
     for _ in range(400):
@@ -239,12 +310,14 @@ def test_expert_refuses_unknown_agents():
 
 def test_move_step_is_checked():
     with pytest.raises(UnityConfigurationError, match="move_step"):
-        make_scene("Hallway", move_step=0.0)
+        make_scene("Hallway", move_step=0.0, motion="kinematic")
+    with pytest.raises(UnityConfigurationError, match="motion 'kinematic' only"):
+        make_scene("Hallway", move_step=2.0)  # the rigid body has Unity's pace
 
 
 def test_expert_demo_records_successful_episodes(tmp_path):
     """A .demo of the expert for Unity's imitation/Hallway.yaml (GAIL + BC + memory)."""
-    scene = make_scene("Hallway", seed=1, num_agents=4, move_step=2.0)
+    scene = make_scene("Hallway", seed=1, num_agents=4)
     path = tmp_path / "ExpertHallway.demo"
     meta = record_demo(scene, HALLWAY, lambda steps: scene.expert_actions(HALLWAY, steps), path, n_steps=300)
     assert meta.number_steps == 300 and meta.number_episodes >= 8 and meta.mean_reward > 0.5
@@ -282,6 +355,7 @@ def test_shipped_ppo_memory_settings_train_the_documented_variant():
         "max_steps": 600,
         "shuffle_goals": False,
         "observation_stacks": 1,
+        "motion": "kinematic",
     }
     make_scene("Hallway", **params["open_kwargs"])  # valid scene parameters
 

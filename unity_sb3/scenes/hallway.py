@@ -34,12 +34,22 @@ seen earlier.
 * Stats: ``Goal/Correct`` and ``Goal/Wrong`` per ended episode (the C# has them commented out),
   ``Hallway/SuccessRate`` (the right goal touched).
 
-Simplified from Unity: the agent moves kinematically, ``move_step`` units (default ``MOVE_STEP``) or ``TURN_DEGREES``
-(Unity's 150 degrees/s over a decision period of 6 physics steps of 0.02 s) per decision instead of
-a rigid body pushed by velocity changes; the symbol is a box of the rays' plane, 4 x 1 as the
-prefab's, but not an obstacle; the goals are discs (the prefab's 4 x 4 pads); the agent's body is a
-disc of ``AGENT_RADIUS`` and touches a goal when its disc meets the goal's. The symbol is seen
-~10-20 decisions before the goal end, beyond the 3-frame stack: the choice still needs memory.
+Motion (``motion``):
+
+* ``"rigid_body"`` (default, Unity's): at each of a decision's 6 physics steps of 0.02 s the action
+  turns the agent 3 degrees or adds a velocity change of 1.5 units/s along its heading (``MoveAgent``,
+  ``HallwaySettings.agentRunSpeed``); the prefab's drag 2 and PhysX's default friction 0.6 under the
+  examples' doubled gravity slow it (~0.5 units in a first forward decision, ~3.7 once up to speed; it
+  slides ~8 units after the last push and keeps its momentum while turning). The prefab's walls
+  (inner faces at x = +-9.5, z = +-24.75) and the shown symbol (a solid 4 x 1 block) stop it; a goal
+  is the prefab's 4 x 4 pad with its marker up to the far wall, one box for the rays and for touching.
+* ``"kinematic"``: the simplified scene of the earlier figures: ``move_step`` units (default
+  ``MOVE_STEP``) or ``TURN_DEGREES`` per decision, no momentum, walls at +-10 / +-25, the symbol not an
+  obstacle, the goals discs of ``GOAL_RADIUS`` at z = 22.29.
+
+Both simplify: the agent's 1 x 1 box is a disc of ``AGENT_RADIUS`` (a square when it meets a box),
+collisions do not turn it, and the sphere casts see square box corners. The symbol is seen ~10-20
+decisions before the goal end, beyond the 3-frame stack: the choice still needs memory.
 """
 
 from __future__ import annotations
@@ -82,6 +92,21 @@ GOAL_RADIUS = 2.0
 GOAL_X, GOAL_Z = 7.0, 22.29
 MOVE_STEP = 1.0
 TURN_DEGREES = 150.0 * 0.02 * 6
+#: ``motion="rigid_body"``, Unity's physics (Hallway.unity, HallwayArea.prefab, ProjectSettingsOverrides):
+#: a fixed step of 0.02 s; each academy step an action turns the agent 150 degrees/s or adds a velocity
+#: change of ``HallwaySettings.agentRunSpeed`` 1.5 units/s along its heading; the rigid body's drag 2
+#: and the default friction 0.6 on the ground (gravity doubled) slow it: ~3.8 units per decision at full pace.
+PHYSICS_DT = 0.02
+RUN_SPEED = 1.5
+TURN_SPEED = 150.0
+DRAG = 2.0
+FRICTION_DECELERATION = 0.6 * 9.81 * 2.0
+#: The prefab's walls (0.5 thick at x = +-9.75, z = +-25): their inner faces.
+WALL_X, WALL_Z = 9.5, 24.75
+#: A goal as the prefab builds it: a 4 x 4 pad (z 20.29 to 24.29) and a marker 4.08 wide up to the far
+#: wall, as one box (centre z, half width, half depth), touched by the agent's 1 x 1 box.
+GOAL_BOX_Z, GOAL_HALF_WIDTH, GOAL_HALF_DEPTH = 22.54, 2.04, 2.25
+MOTIONS = ("rigid_body", "kinematic")
 RIGHT_REWARD, WRONG_REWARD = np.float32(1.0), np.float32(-0.1)
 
 
@@ -92,6 +117,7 @@ def cast_rays(
     tags: np.ndarray,
     boxes: np.ndarray | None = None,
     box_tags: np.ndarray | None = None,
+    walls: tuple[float, float] = (HALF_WIDTH, HALF_LENGTH),
 ) -> np.ndarray:
     """Ray observations of ``m`` agents: ``(m, 35)`` float32, ``RayPerceptionOutput`` per ray.
 
@@ -106,12 +132,13 @@ def cast_rays(
     :param tags: ``(k,)`` tag index of each disc.
     :param boxes: ``(m, b, 4)`` axis-aligned boxes: centre x, centre z, half width (x), half depth (z).
     :param box_tags: ``(b,)`` tag index of each box.
+    :param walls: where the walls' inner faces stand: x = +-``walls[0]``, z = +-``walls[1]``.
     """
     m = len(pos)
     angle = np.radians(yaw[:, None] + RAY_ANGLES[None, :])  # (m, r)
     direction = np.stack([np.sin(angle), np.cos(angle)], axis=-1)  # (m, r, 2)
     with np.errstate(divide="ignore", invalid="ignore"):
-        bound = np.array([HALF_WIDTH, HALF_LENGTH]) - RAY_RADIUS
+        bound = np.array(walls) - RAY_RADIUS
         to_wall = np.where(
             direction > 0,
             (bound - pos[:, None, :]) / direction,
@@ -170,16 +197,20 @@ class Hallway(GridScene):
         "move_step": MOVE_STEP,
         "shuffle_goals": True,
         "observation_stacks": 3,
+        "motion": "rigid_body",
     }
     PARAM_DOCS: ClassVar[dict[str, str]] = {
         "num_agents": "number of hallways, one agent each",
         "max_steps": "academy steps before an episode is interrupted (Unity's MaxStep); sets the -1/max_steps step cost",
         "decision_period": "academy steps per decision; the agent moves or turns once per decision",
-        "move_step": "units walked per forward/backward decision (larger = shorter episodes, for small budgets)",
+        "move_step": "motion 'kinematic' only: units walked per forward/backward decision",
         "shuffle_goals": "put the two goals on random sides each episode (Unity); false: symbol_O_Goal always "
         "at x = +7 (a T-maze: the remembered symbol alone names the side, for small budgets)",
         "observation_stacks": "frames of each sensor in an observation, oldest first (the prefab's 3; "
         "1: no stacking)",
+        "motion": "'rigid_body' (Unity's: velocity changes with drag and friction, the symbol blocks the way, "
+        "the prefab's walls and goal boxes) or 'kinematic' (move_step units per decision, goals as discs, "
+        "the simplified scene of the earlier figures and the shipped T-maze settings)",
     }
 
     @classmethod
@@ -187,6 +218,15 @@ class Hallway(GridScene):
         if not 0.1 <= params["move_step"] <= 2 * RAY_LENGTH:
             raise UnityConfigurationError(
                 f"Hallway 'move_step' must be in [0.1, {2 * RAY_LENGTH}] units, got {params['move_step']}."
+            )
+        if params["motion"] not in MOTIONS:
+            raise UnityConfigurationError(
+                f"Hallway 'motion' must be one of {MOTIONS}, got {params['motion']!r}."
+            )
+        if params["motion"] == "rigid_body" and params["move_step"] != MOVE_STEP:
+            raise UnityConfigurationError(
+                "Hallway 'move_step' sets the pace of motion 'kinematic' only; the rigid body moves at "
+                "Unity's pace. Pass motion='kinematic' with it, or leave move_step out."
             )
         stacks = params["observation_stacks"]
         if not is_int(stacks) or stacks < 1:
@@ -212,6 +252,7 @@ class Hallway(GridScene):
         n = self.num_agents
         self._pos = np.zeros((n, 2))  # (x, z)
         self._yaw = np.zeros(n)  # degrees, clockwise seen from above (Unity's y rotation)
+        self._vel = np.zeros((n, 2))  # units/s (x, z); motion "rigid_body" only
         self._selection = np.zeros(n, dtype=np.int64)  # 0: symbol O shown, 1: symbol X shown
         self._symbol = np.zeros((n, 2))  # where the shown symbol stands
         self._o_goal_x = np.zeros(n)  # x of symbol_O_Goal; symbol_X_Goal is at -x
@@ -232,6 +273,7 @@ class Hallway(GridScene):
             [rng.uniform(-3.0, 3.0, size=m), -15.0 + rng.uniform(-5.0, 5.0, size=m)], axis=1
         )
         self._yaw[idx] = rng.uniform(0.0, 360.0, size=m)
+        self._vel[idx] = 0.0
         goal_pos = rng.integers(0, 2, size=m)  # drawn either way: the rest of the episode stays the same
         if not self.params["shuffle_goals"]:
             goal_pos[:] = 0
@@ -251,15 +293,22 @@ class Hallway(GridScene):
         yaw = np.radians(self._yaw[idx])
         return np.stack([np.sin(yaw), np.cos(yaw)], axis=1)
 
+    @property
+    def _rigid(self) -> bool:
+        return self.params["motion"] == "rigid_body"
+
     def _goals(self, idx: np.ndarray) -> np.ndarray:
-        """``(m, 2, 2)`` centres of symbol_O_Goal and symbol_X_Goal."""
+        """``(m, 2, 2)`` centres of symbol_O_Goal and symbol_X_Goal (discs, or boxes in rigid-body motion)."""
         o_x = self._o_goal_x[idx]
-        z = np.full(idx.size, GOAL_Z)
+        z = np.full(idx.size, GOAL_BOX_Z if self._rigid else GOAL_Z)
         return np.stack([np.stack([o_x, z], axis=1), np.stack([-o_x, z], axis=1)], axis=1)
 
     def _move(self) -> None:
         act = np.flatnonzero(self._active)
         if act.size == 0:
+            return
+        if self._rigid:
+            self._move_rigid(act)
             return
         action = self._disc_action[act, 0]
         turn = np.select([action == TURN_RIGHT, action == TURN_LEFT], [TURN_DEGREES, -TURN_DEGREES], 0.0)
@@ -275,9 +324,14 @@ class Hallway(GridScene):
             np.linalg.norm(self._goals(act) - self._pos[act][:, None, :], axis=2)
             <= GOAL_RADIUS + AGENT_RADIUS
         )
+        self._touch(act, reach)
+
+    def _touch(self, act: np.ndarray, reach: np.ndarray) -> np.ndarray:
+        """End the episodes of the agents ``act`` whose row of ``reach`` ``(m, 2)`` (O goal, X goal
+        touched) has a goal: ``SetReward`` 1 or -0.1. Returns which of ``act`` ended."""
         touched = reach.any(axis=1)
         if not touched.any():
-            return
+            return touched
         done = act[touched]
         right = reach[touched, self._selection[done]]
         self._reward[done] = np.where(right, RIGHT_REWARD, WRONG_REWARD)
@@ -285,18 +339,81 @@ class Hallway(GridScene):
         self._finish(done, False)
         self._right[done] = self._wrong[done] = False
         self._start(done)
+        return touched
+
+    def _move_rigid(self, act: np.ndarray) -> None:
+        """One decision of Unity's physics: the action repeats at each of the ``decision_period``
+        academy steps (``TakeActionsBetweenDecisions``), each a fixed step of ``PHYSICS_DT``.
+
+        Per step, as ``MoveAgent`` and PhysX: turn, or add a velocity change along the heading;
+        friction and drag slow the body; it moves; the walls and the shown symbol (a solid 4 x 1
+        block) stop the velocity into them; a goal box touched ends the episode (``OnCollisionEnter``)
+        and the agent stays still until its next decision.
+        """
+        action = self._disc_action[act, 0]
+        turn = (
+            np.select([action == TURN_RIGHT, action == TURN_LEFT], [1.0, -1.0], 0.0) * TURN_SPEED * PHYSICS_DT
+        )
+        push = np.select([action == FORWARD, action == BACKWARD], [1.0, -1.0], 0.0) * RUN_SPEED
+        limit = np.array([WALL_X, WALL_Z]) - AGENT_RADIUS
+        block = np.array([SYMBOL_HALF_WIDTH, SYMBOL_HALF_DEPTH]) + AGENT_RADIUS
+        goal = np.array([GOAL_HALF_WIDTH, GOAL_HALF_DEPTH]) + AGENT_RADIUS
+        for _ in range(self.decision_period):
+            self._yaw[act] = (self._yaw[act] + turn) % 360.0
+            vel = self._vel[act] + push[:, None] * self._forward(act)
+            speed = np.linalg.norm(vel, axis=1)
+            slowed = np.maximum(speed - FRICTION_DECELERATION * PHYSICS_DT, 0.0)
+            vel *= (
+                np.divide(slowed, speed, out=np.zeros_like(speed), where=speed > 0)
+                * (1.0 - DRAG * PHYSICS_DT)
+            )[:, None]
+            pos = self._pos[act] + vel * PHYSICS_DT
+            at_wall = np.abs(pos) > limit
+            pos = np.clip(pos, -limit, limit)
+            vel[at_wall] = 0.0
+            rel = pos - self._symbol[act]
+            depth = block - np.abs(rel)  # (m, 2) overlap along x and z
+            inside = (depth > 0).all(axis=1)
+            if inside.any():  # out along the shallower axis, that velocity component stopped
+                rows = np.flatnonzero(inside)
+                axis = np.argmin(depth[rows], axis=1)
+                side = np.where(rel[rows, axis] >= 0, 1.0, -1.0)
+                pos[rows, axis] = self._symbol[act][rows, axis] + side * block[axis]
+                vel[rows, axis] = 0.0
+            self._pos[act], self._vel[act] = pos, vel
+            if self.max_steps > 0:
+                self._reward[act] += np.float32(-1.0 / self.max_steps)
+            reach = (np.abs(self._goals(act) - pos[:, None, :]) <= goal).all(axis=2)
+            touched = self._touch(act, reach)
+            act, turn, push = act[~touched], turn[~touched], push[~touched]
+            if act.size == 0:
+                return
 
     # ------------------------------------------------------------------ observations
-    def _objects(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``(m, 2, 3)`` discs (x, z, radius) of the O goal and the X goal, ``(m, 1, 4)`` the shown
-        symbol's box (x, z, half width, half depth)."""
+    def _objects(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """What the rays can hit besides the walls: ``(m, k, 3)`` discs (x, z, radius) and their tags,
+        ``(m, b, 4)`` boxes (x, z, half width, half depth) and their tags; the shown symbol is the last
+        box, tagged ``SYMBOL_O`` (the caller re-tags it). The goals are discs in kinematic motion,
+        the prefab's boxes in rigid-body motion."""
+        goal_tags = np.array([O_GOAL, X_GOAL])
+        symbol = np.zeros((idx.size, 1, 4))
+        symbol[:, 0, :2] = self._symbol[idx]
+        symbol[:, 0, 2:] = SYMBOL_HALF_WIDTH, SYMBOL_HALF_DEPTH
+        if self._rigid:
+            goals = np.zeros((idx.size, 2, 4))
+            goals[:, :, :2] = self._goals(idx)
+            goals[:, :, 2:] = GOAL_HALF_WIDTH, GOAL_HALF_DEPTH
+            boxes = np.concatenate([goals, symbol], axis=1)
+            return (
+                np.zeros((idx.size, 0, 3)),
+                np.zeros(0, dtype=np.int64),
+                boxes,
+                np.append(goal_tags, SYMBOL_O),
+            )
         discs = np.zeros((idx.size, 2, 3))
         discs[:, :, :2] = self._goals(idx)
         discs[:, :, 2] = GOAL_RADIUS
-        boxes = np.zeros((idx.size, 1, 4))
-        boxes[:, 0, :2] = self._symbol[idx]
-        boxes[:, 0, 2:] = SYMBOL_HALF_WIDTH, SYMBOL_HALF_DEPTH
-        return discs, boxes
+        return discs, goal_tags, symbol, np.array([SYMBOL_O])
 
     def _observe(self, idx: np.ndarray) -> list[np.ndarray]:
         return [stack.push(idx, frame) for stack, frame in zip(self._stacks, self._frame(idx))]
@@ -304,11 +421,15 @@ class Hallway(GridScene):
     def _frame(self, idx: np.ndarray) -> list[np.ndarray]:
         """What the two sensors see now, unstacked and changing no state: rays ``(m, 35)`` and the
         step fraction ``(m, 1)``."""
-        discs, boxes = self._objects(idx)
-        goals = np.array([O_GOAL, X_GOAL])
+        discs, disc_tags, boxes, box_tags = self._objects(idx)
+        walls = (WALL_X, WALL_Z) if self._rigid else (HALF_WIDTH, HALF_LENGTH)
+        tagged_x = box_tags.copy()
+        tagged_x[-1] = SYMBOL_X
         # the shown symbol's tag depends on the selection: cast once per tag, keep the right one
-        rays_o = cast_rays(self._pos[idx], self._yaw[idx], discs, goals, boxes, np.array([SYMBOL_O]))
-        rays_x = cast_rays(self._pos[idx], self._yaw[idx], discs, goals, boxes, np.array([SYMBOL_X]))
+        rays_o, rays_x = (
+            cast_rays(self._pos[idx], self._yaw[idx], discs, disc_tags, boxes, tags, walls)
+            for tags in (box_tags, tagged_x)
+        )
         rays = np.where((self._selection[idx] == 0)[:, None], rays_o, rays_x)
         steps = self._step_count[idx] / self.max_steps if self.max_steps > 0 else np.zeros(idx.size)
         return [rays, steps.astype(np.float32)[:, None]]
