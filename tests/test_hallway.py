@@ -360,6 +360,23 @@ def test_shipped_ppo_memory_settings_train_the_documented_variant():
     make_scene("Hallway", **params["open_kwargs"])  # valid scene parameters
 
 
+def test_curiosity_config_trains_unitys_scene_with_memory_and_curiosity():
+    """examples/configs/hallway_curiosity.yml: the scene's defaults (Unity's physics, goals, episode
+    length and stacked frames), ML-Agents' memory, ICM curiosity at strength 0.1 (RESULTS.md)."""
+    from pathlib import Path
+
+    from unity_sb3.config.hyperparams import load_hyperparams
+
+    path = Path(__file__).resolve().parents[1] / "examples" / "configs" / "hallway_curiosity.yml"
+    params = load_hyperparams("ppo_memory", "Hallway", path)
+    assert params["open_kwargs"] == {"num_agents": 8}
+    assert params["reward_signals"]["curiosity"] == {"strength": 0.1, "gamma": 0.99}
+    assert (params["memory_size"], params["sequence_length"], params["n_timesteps"]) == (128, 64, 3_000_000)
+    scene = make_scene("Hallway", **params["open_kwargs"])
+    assert scene.params["motion"] == "rigid_body" and scene.params["shuffle_goals"]
+    assert scene.max_steps == 3000 and scene.params["observation_stacks"] == 3
+
+
 def monitor_episodes(path) -> np.ndarray:
     """``(n, 2)`` return and length of each episode of an SB3 ``monitor.csv`` (a JSON line, ``r,l,t``, rows)."""
     lines = path.read_text().splitlines()[2:]
