@@ -18,9 +18,10 @@ carries the symbol in where it walks.
         --move-step 3 --max-steps 600 --fixed-goals --jobs 2 \
         --set batch_size=128 n_epochs=3 ent_coef=0.03 "net_arch=[128,128]"
 
-``--move-step`` sets the kinematic scene's pace (units per forward decision; the benchmark's default
-2.0; Unity's rigid body, ``--motion rigid_body``, walks ~3.7 once up to speed) and ``--max-steps`` the episodes (Unity's 3000, the benchmark 1200: 200
-decisions, the expert needs about 30) so that runs fit a small budget; ``--fixed-goals`` keeps the
+``--move-step`` sets the kinematic scene's pace (units per forward decision; the benchmark's
+default 2.0; Unity's rigid body, ``--motion rigid_body``, walks ~3.7 once up to speed) and
+``--max-steps`` the episodes (Unity's 3000, the benchmark 1200: 200 decisions, the expert needs
+about 30) so that runs fit a small budget; ``--fixed-goals`` keeps the
 goals on their sides (the scene's ``shuffle_goals=False``: a T-maze, the symbol alone names the
 side; Unity shuffles them, so the policy must match the remembered symbol to the goal it sees);
 ``--set`` replaces training settings of every policy (``net_arch``, ``activation_fn`` (tanh, silu,

@@ -95,7 +95,7 @@ TURN_DEGREES = 150.0 * 0.02 * 6
 #: ``motion="rigid_body"``, Unity's physics (Hallway.unity, HallwayArea.prefab, ProjectSettingsOverrides):
 #: a fixed step of 0.02 s; each academy step an action turns the agent 150 degrees/s or adds a velocity
 #: change of ``HallwaySettings.agentRunSpeed`` 1.5 units/s along its heading; the rigid body's drag 2
-#: and the default friction 0.6 on the ground (gravity doubled) slow it: ~3.8 units per decision at full pace.
+#: and the default friction 0.6 on the ground (gravity doubled) slow it: ~3.7 units per decision at full pace.
 PHYSICS_DT = 0.02
 RUN_SPEED = 1.5
 TURN_SPEED = 150.0
