@@ -358,6 +358,7 @@ class Hallway(GridScene):
         limit = np.array([WALL_X, WALL_Z]) - AGENT_RADIUS
         block = np.array([SYMBOL_HALF_WIDTH, SYMBOL_HALF_DEPTH]) + AGENT_RADIUS
         goal = np.array([GOAL_HALF_WIDTH, GOAL_HALF_DEPTH]) + AGENT_RADIUS
+        symbol, goals = self._symbol[act], self._goals(act)  # fixed during the decision
         for _ in range(self.decision_period):
             self._yaw[act] = (self._yaw[act] + turn) % 360.0
             vel = self._vel[act] + push[:, None] * self._forward(act)
@@ -371,21 +372,22 @@ class Hallway(GridScene):
             at_wall = np.abs(pos) > limit
             pos = np.clip(pos, -limit, limit)
             vel[at_wall] = 0.0
-            rel = pos - self._symbol[act]
+            rel = pos - symbol
             depth = block - np.abs(rel)  # (m, 2) overlap along x and z
             inside = (depth > 0).all(axis=1)
             if inside.any():  # out along the shallower axis, that velocity component stopped
                 rows = np.flatnonzero(inside)
                 axis = np.argmin(depth[rows], axis=1)
                 side = np.where(rel[rows, axis] >= 0, 1.0, -1.0)
-                pos[rows, axis] = self._symbol[act][rows, axis] + side * block[axis]
+                pos[rows, axis] = symbol[rows, axis] + side * block[axis]
                 vel[rows, axis] = 0.0
             self._pos[act], self._vel[act] = pos, vel
             if self.max_steps > 0:
                 self._reward[act] += np.float32(-1.0 / self.max_steps)
-            reach = (np.abs(self._goals(act) - pos[:, None, :]) <= goal).all(axis=2)
+            reach = (np.abs(goals - pos[:, None, :]) <= goal).all(axis=2)
             touched = self._touch(act, reach)
-            act, turn, push = act[~touched], turn[~touched], push[~touched]
+            left = ~touched
+            act, turn, push, symbol, goals = act[left], turn[left], push[left], symbol[left], goals[left]
             if act.size == 0:
                 return
 
