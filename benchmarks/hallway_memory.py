@@ -63,7 +63,7 @@ from _curves import EpisodeRecorder, run_tasks, windowed_mean
 from unity_sb3 import PPO, RecurrentPPO, UnityVecEnv
 from unity_sb3.config.model_args import resolve_schedule
 from unity_sb3.scenes import make_scene
-from unity_sb3.scenes.hallway import RAY_ANGLES, RAY_FEATURES, SYMBOL_O, SYMBOL_X
+from unity_sb3.scenes.hallway import MOTIONS, RAY_ANGLES, RAY_FEATURES, SYMBOL_O, SYMBOL_X
 
 POLICIES = ("memory", "no_memory", "ppo_memory")
 #: ``--set activation_fn=...`` of the dense layers (SB3's default tanh; ML-Agents' network body: silu)
@@ -122,6 +122,13 @@ def make_model(
         policy_kwargs={"net_arch": arch, "activation_fn": activation},
         **settings,
     )
+
+
+def hallway_scene(seed: int, motion: str, move_step: float, **params: Any) -> Any:
+    """An in-process Hallway; ``move_step`` is passed only to the kinematic motion (the rigid body
+    has Unity's pace and refuses it)."""
+    pace = {"move_step": move_step} if motion == "kinematic" else {}
+    return make_scene("Hallway", seed=seed, motion=motion, **pace, **params)
 
 
 def hook_scene(scene: Any, observed: Any, began: Any, ending: Any) -> None:
@@ -238,16 +245,14 @@ def run(
     motion: str = "kinematic",
 ) -> dict[str, Any]:
     th.set_num_threads(1)
-    pace = {"move_step": move_step} if motion == "kinematic" else {}
-    scene = make_scene(
-        "Hallway",
-        seed=seed,
+    scene = hallway_scene(
+        seed,
+        motion,
+        move_step,
         max_steps=max_steps,
         num_agents=num_agents,
         shuffle_goals=shuffle_goals,
         observation_stacks=observation_stacks,
-        motion=motion,
-        **pace,
     )
     env = VecMonitor(UnityVecEnv(scene))
     model = make_model(policy, env, seed, settings)
@@ -305,7 +310,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument(
         "--motion",
-        choices=["kinematic", "rigid_body"],
+        choices=MOTIONS,
         default="kinematic",
         help="Hallway motion (default kinematic, with --move-step: every run in RESULTS.md before "
         "2026-11-28; rigid_body is Unity's physics and pace, the scene's default, and ignores --move-step)",

@@ -24,14 +24,13 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import print_table, write_results
-from hallway_memory import hook_scene
+from hallway_memory import hallway_scene, hook_scene
 from mlagents_envs.base_env import ActionTuple
 
 from unity_sb3 import RecurrentPPO, UnityVecEnv
 from unity_sb3.export.names import DISCRETE_ACTIONS, RECURRENT_OUT
 from unity_sb3.export.runtime import ort_session, run_onnx
-from unity_sb3.scenes import make_scene
-from unity_sb3.scenes.hallway import O_GOAL, X_GOAL
+from unity_sb3.scenes.hallway import MOTIONS, O_GOAL, X_GOAL
 
 #: z (Unity units) where the walk's x is recorded: past the symbols, before the goals (z = 22.29)
 CROSSING_Z = 10.0
@@ -167,7 +166,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument(
         "--motion",
-        choices=["kinematic", "rigid_body"],
+        choices=MOTIONS,
         default="kinematic",
         help="Hallway motion, as the model was trained (rigid_body ignores --move-step)",
     )
@@ -175,12 +174,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--name", default="hallway_paths", help="stem of the results JSON")
     args = parser.parse_args(argv)
 
-    scene = make_scene(
-        "Hallway",
-        seed=args.seed,
+    scene = hallway_scene(
+        args.seed,
+        args.motion,
+        args.move_step,
         max_steps=args.max_steps,
-        motion=args.motion,
-        **({"move_step": args.move_step} if args.motion == "kinematic" else {}),
         shuffle_goals=True,
         observation_stacks=args.stacks,
     )
