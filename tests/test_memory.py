@@ -9,10 +9,8 @@ import torch as th
 from unity_sb3.networks.memory import (
     LSTMMemory,
     check_memory_settings,
-    from_sequences,
-    n_sequences,
-    sequence_starts,
-    to_sequences,
+    episode_sequences,
+    sequence_minibatches,
 )
 
 
@@ -109,19 +107,43 @@ def test_wrong_memory_shape_is_reported() -> None:
         memory(th.zeros(2, 5, 3), th.zeros(2, 6))
 
 
-@pytest.mark.parametrize("library", ["numpy", "torch"])
-@pytest.mark.parametrize(("n_steps", "sequence_length"), [(10, 4), (8, 4), (3, 5), (1, 1)])
-def test_chunks_pad_the_last_and_round_trip(library: str, n_steps: int, sequence_length: int) -> None:
-    series = np.arange(n_steps * 2, dtype=np.float32).reshape(n_steps, 2) + 1.0
-    if library == "torch":
-        series = th.as_tensor(series)
-    chunks, mask = to_sequences(series, sequence_length, pad_value=-1.0)
-    n = n_sequences(n_steps, sequence_length)
-    assert chunks.shape == (n, sequence_length, 2) and mask.shape == (n, sequence_length)
-    assert type(chunks) is type(series) and type(mask) is type(series)
-    assert int(mask.sum()) == n_steps and bool(mask.reshape(-1)[:n_steps].all())
-    assert (chunks[~mask] == -1.0).all() and (chunks[mask] > 0).all()
-    np.testing.assert_array_equal(
-        np.asarray(chunks[:, 0]), np.asarray(series[sequence_starts(n_steps, sequence_length)])
-    )
-    np.testing.assert_array_equal(np.asarray(from_sequences(chunks, mask)), np.asarray(series))
+@pytest.mark.parametrize(
+    ("starts", "sequence_length", "expected"),
+    [
+        ([], 4, [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]),  # one episode: every 4 steps
+        ([3], 4, [[0, 1, 2], [3, 4, 5, 6], [7, 8, 9]]),  # an episode starting at 3 starts a sequence
+        ([2, 5, 6], 8, [[0, 1], [2, 3, 4], [5], [6, 7, 8, 9]]),  # short episodes: one sequence each
+        ([0, 9], 3, [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9]]),
+        ([4], 1, [[k] for k in range(10)]),
+    ],
+    ids=str,
+)
+def test_sequences_never_cross_an_episode_and_restart_at_each(starts, sequence_length, expected) -> None:
+    steps = np.arange(10) * 3 + 1  # a slot's flat indices, any integers
+    flags = np.zeros(10, dtype=bool)
+    flags[starts] = True
+    chunks = episode_sequences(steps, flags, sequence_length)
+    assert [list(chunk) for chunk in chunks] == [[3 * k + 1 for k in chunk] for chunk in expected]
+    assert episode_sequences(steps[:0], flags[:0], sequence_length) == []
+
+
+@pytest.mark.parametrize(
+    "lengths",
+    [[64] * 16, [3] * 50 + [64] * 4, list(range(1, 65)), [200]],
+    ids=["full", "short", "mixed", "one"],
+)
+def test_minibatches_hold_about_batch_size_real_steps(lengths: list[int]) -> None:
+    """Short sequences (episodes cut where they start) fill a minibatch by their real steps."""
+    np.random.seed(0)
+    lengths = np.array(lengths)
+    batches = sequence_minibatches(lengths, 128)
+    np.testing.assert_array_equal(np.sort(np.concatenate(batches)), np.arange(len(lengths)))
+    sizes = [int(lengths[batch].sum()) for batch in batches]
+    # each minibatch reaches 128 steps unless it is the last, and overshoots by less than one sequence
+    assert all(size >= 128 or k == len(sizes) - 1 for k, size in enumerate(sizes))
+    assert all(size - lengths[batch[-1]] < 128 for size, batch in zip(sizes, batches))
+    assert len(batches) <= -(-lengths.sum() // 128)
+    if (lengths == 64).all():
+        assert [len(batch) for batch in batches] == [2] * 8  # full sequences: batch_size // 64 each
+    (everything,) = sequence_minibatches(lengths, None)
+    np.testing.assert_array_equal(np.sort(everything), np.arange(len(lengths)))

@@ -103,6 +103,24 @@ def test_training_sequences_replay_the_log_probs_values_and_baselines_of_collect
     assert _replay(model) == int(model.rollout_buffer.active.sum())
 
 
+def test_training_sequences_start_at_episode_starts_and_never_cross_one():
+    """ML-Agents' cut: no sequence holds an episode start after its first step, every episode start
+    (as the slot's decisions see it) begins one, and each slot's active rows are covered once."""
+    model = _model(sequence_length=6)
+    _collect(model)
+    buffer = model.rollout_buffer
+    flags = buffer.decision_episode_starts().reshape(-1)
+    chunks = buffer.sequences()
+    assert flags.any()
+    assert not any(flags[chunk[1:]].any() for chunk in chunks)
+    assert sum(flags[chunk[0]] for chunk in chunks) == flags.sum()
+    assert max(len(chunk) for chunk in chunks) <= 6
+    covered = np.sort(np.concatenate(chunks))
+    np.testing.assert_array_equal(covered, np.flatnonzero(buffer.active.reshape(-1)))
+    lengths = [len(chunk) for chunk in chunks]
+    assert min(lengths) < 6  # episodes of the scene end between cuts: a fixed cut would give 6s
+
+
 def test_critic_memories_are_carried_across_rollouts_and_reset_at_episode_starts():
     model = _model(sequence_length=16)
     first, second = _collect(model, rollouts=2)

@@ -73,6 +73,25 @@ def test_a_waiting_slot_keeps_its_memory_and_its_placeholders_stay_out_of_the_se
     assert sum(len(batch.advantages) for batch in buffer.get(8)) == 24
 
 
+@pytest.mark.parametrize("length", [3, 7])
+def test_training_sequences_start_at_episode_starts_and_never_cross_one(length: int) -> None:
+    """ML-Agents' cut: a sequence lies within one episode, and an episode no longer than
+    ``sequence_length`` is one sequence from its first step (so BPTT reaches its cue)."""
+    env = make_vec_env(lambda: CueEnv("discrete", length=length), n_envs=2, seed=0)
+    model = RecurrentPPO("MlpLstmPolicy", env, **{**SMALL, "n_steps": 30, "sequence_length": 5})
+    model.learn(1)
+    buffer = model.rollout_buffer
+    indices, mask = buffer.sequences()
+    starts = buffer.active_episode_starts().reshape(-1)
+    assert starts[indices[:, 1:][mask[:, 1:]]].sum() == 0  # no episode starts inside a sequence
+    assert starts[indices[:, 0]].sum() == starts.sum()  # each one begins a sequence
+    assert mask.sum() == buffer.active.sum() and len(np.unique(indices[mask])) == mask.sum()
+    # one rollout of 30 steps per slot from the reset: 3-step episodes are whole sequences; 7-step
+    # ones 5 steps then the other 2 (the last episode cut by the rollout's end after 2)
+    per_slot = [3] * 10 if length == 3 else [5, 2, 5, 2, 5, 2, 5, 2, 2]
+    assert mask.sum(axis=1).tolist() == per_slot * 2
+
+
 @pytest.mark.parametrize(
     "make_env", [PhaseVecEnv, lambda: cue_env("discrete", n_envs=3)], ids=["waiting_slot", "episodes"]
 )

@@ -5,16 +5,16 @@ ML-Agents (``mlagents/trainers/torch_entities/layers.py`` ``LSTM``) stores ``mem
 agent: the LSTM's hidden state followed by its cell state, so the LSTM has ``memory_size // 2``
 units. Memories are stored at every step while acting; training cuts each agent's trajectory into
 chunks of ``sequence_length`` steps, each unrolled from the memory stored at its first step
-(truncated back-propagation through time). Unlike ML-Agents, which pads episodes so a sequence never
-crosses an episode boundary, :class:`LSTMMemory` resets the memory where an episode starts inside a
-sequence, so rollouts cut at any step (time horizon, rollout end) can be chunked as they are.
+(truncated back-propagation through time). The on-policy buffers cut as ML-Agents does
+(:func:`episode_sequences`: a sequence never crosses an episode boundary, and a short episode is one
+whole sequence from its first step); :class:`LSTMMemory` also resets the memory where an episode
+starts inside a sequence, so series cut anywhere (SAC's replayed windows) unroll correctly too.
 """
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from typing import TypeVar
 
 import numpy as np
 import torch as th
@@ -23,8 +23,6 @@ from torch import nn
 #: ML-Agents' ``NetworkSettings.MemorySettings`` defaults
 DEFAULT_MEMORY_SIZE = 128
 DEFAULT_SEQUENCE_LENGTH = 64
-
-ArrayT = TypeVar("ArrayT", np.ndarray, th.Tensor)
 
 
 def check_memory_settings(memory_size: int, sequence_length: int) -> None:
@@ -166,46 +164,55 @@ def predict_memories(
     return memories.to(device), starts.reshape(n).to(device)
 
 
-def sequence_starts(n_steps: int, sequence_length: int) -> np.ndarray:
-    """Indices of the first step of each chunk of ``sequence_length`` steps in a series of ``n_steps``."""
-    check_memory_settings(2, sequence_length)
-    return np.arange(0, n_steps, sequence_length)
+def episode_sequences(steps: np.ndarray, starts: np.ndarray, sequence_length: int) -> list[np.ndarray]:
+    """Cut one slot's steps into training sequences the way ML-Agents does: never across an episode.
 
+    ML-Agents cuts an agent's experience into trajectories at each episode end (and every
+    ``time_horizon`` steps) and each trajectory into sequences, so every sequence lies within one
+    episode and an episode shorter than ``sequence_length`` is one whole sequence, from its first
+    step, whose gradient reaches back to that step. Here a sequence begins at the slot's first step,
+    at each episode start, and every ``sequence_length`` steps within an episode.
 
-def n_sequences(n_steps: int, sequence_length: int) -> int:
-    """How many chunks of ``sequence_length`` steps a series of ``n_steps`` is cut into (the last padded)."""
-    check_memory_settings(2, sequence_length)
-    return -(-n_steps // sequence_length)
-
-
-def to_sequences(series: ArrayT, sequence_length: int, pad_value: float = 0.0) -> tuple[ArrayT, ArrayT]:
-    """Cut one slot's time series into chunks of ``sequence_length`` steps, padding the last.
-
-    :param series: ``[n_steps, ...]`` (numpy array or torch tensor).
-    :param sequence_length: steps per chunk.
-    :param pad_value: value of the padded steps.
-    :return: chunks ``[n_sequences, sequence_length, ...]`` and a boolean mask ``[n_sequences,
-        sequence_length]``, true at real (not padded) steps; same library and device as ``series``.
+    :param steps: the slot's step indices (any integers), in time order, shape ``(n,)``.
+    :param starts: ``(n,)`` bool, true where an episode starts at that step (the memory is zeroed).
+    :param sequence_length: most steps per sequence.
+    :return: consecutive pieces of ``steps``, each at most ``sequence_length`` long.
     """
-    n_steps = series.shape[0]
-    n_chunks = n_sequences(n_steps, sequence_length)
-    padding = n_chunks * sequence_length - n_steps
-    mask = np.arange(n_chunks * sequence_length) < n_steps
-    if isinstance(series, th.Tensor):
-        pad = series.new_full((padding, *series.shape[1:]), pad_value)
-        chunks = th.cat([series, pad]).reshape(n_chunks, sequence_length, *series.shape[1:])
-        return chunks, th.as_tensor(mask, device=series.device).reshape(n_chunks, sequence_length)
-    pad = np.full((padding, *series.shape[1:]), pad_value, dtype=series.dtype)
-    chunks = np.concatenate([series, pad]).reshape(n_chunks, sequence_length, *series.shape[1:])
-    return chunks, mask.reshape(n_chunks, sequence_length)
+    n = len(steps)
+    if n == 0:
+        return []
+    check_memory_settings(2, sequence_length)
+    begins = np.asarray(starts, dtype=bool).copy()
+    begins[0] = True
+    index = np.arange(n)
+    episode_first = np.maximum.accumulate(np.where(begins, index, 0))
+    cuts = np.flatnonzero(begins | ((index - episode_first) % sequence_length == 0))
+    return np.split(steps, cuts[1:])
 
 
-def from_sequences(chunks: ArrayT, mask: ArrayT) -> ArrayT:
-    """Undo :func:`to_sequences`: the real steps of ``chunks`` back as one series.
+def sequence_minibatches(lengths: np.ndarray, batch_size: int | None) -> list[np.ndarray]:
+    """Shuffled sequences grouped into minibatches of about ``batch_size`` real steps each.
 
-    :param chunks: ``[n_sequences, sequence_length, ...]``.
-    :param mask: ``[n_sequences, sequence_length]`` boolean, true at real steps.
-    :return: ``[mask.sum(), ...]`` in time order.
+    Sequences cut at episode starts are often shorter than ``sequence_length``; counting a
+    minibatch in sequences (``batch_size // sequence_length`` of them, as ML-Agents counts its
+    padded steps) would then give many small minibatches and many more gradient steps per rollout
+    than ``batch_size`` promises. Here a minibatch takes shuffled sequences until their real steps
+    reach ``batch_size`` (at least one sequence each), so a rollout of ``N`` real steps gives about
+    ``N / batch_size`` minibatches per epoch, as with full-length sequences.
+
+    :param lengths: real steps of each sequence, shape ``(n_seq,)``.
+    :param batch_size: real steps per minibatch; ``None``: one minibatch of every sequence.
+    :return: per minibatch, the indices of its sequences (a random permutation, split).
     """
-    flat = chunks.reshape(-1, *chunks.shape[2:])
-    return flat[mask.reshape(-1)]
+    order = np.random.permutation(len(lengths))
+    if batch_size is None or len(order) == 0:
+        return [order]
+    batches, first, steps = [], 0, 0
+    for k, length in enumerate(np.asarray(lengths)[order].tolist()):
+        steps += length
+        if steps >= batch_size:
+            batches.append(order[first : k + 1])
+            first, steps = k + 1, 0
+    if first < len(order):
+        batches.append(order[first:])
+    return batches

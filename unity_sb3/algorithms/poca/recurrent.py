@@ -301,8 +301,8 @@ class RecurrentPOCA(POCA):
 
     Takes :class:`POCA`'s arguments; the policy is ``"MlpLstmPolicy"``, ``"CnnLstmPolicy"``,
     ``"MultiInputLstmPolicy"`` or a :class:`RecurrentPOCAPolicy` subclass, with ``policy_kwargs``
-    ``memory_size`` and ``sequence_length``. ``batch_size`` counts steps: each minibatch holds
-    ``batch_size // sequence_length`` sequences (at least one). ``predict(obs, state,
+    ``memory_size`` and ``sequence_length``. ``batch_size`` counts real steps: each minibatch holds
+    shuffled sequences (never crossing an episode start) of about that many steps. ``predict(obs, state,
     episode_start)`` returns the memories as ``state``, as sb3-contrib's ``RecurrentPPO``.
     """
 

@@ -1,8 +1,8 @@
 """The rollout buffer of MA-POCA with memory: actor and critic memories per step, and sequences.
 
 Each slot's *active* rows of a rollout, in time order, form its agent's trajectory here; training
-cuts them into chunks of ``sequence_length`` (ML-Agents' ``sequence_length``), each unrolled from the
-memories stored at its first row. Three memories are stored per row, ``(n_steps, n_envs,
+cuts them into chunks of at most ``sequence_length`` (ML-Agents' ``sequence_length``) that never cross
+an episode boundary, each unrolled from the memories stored at its first row. Three memories are stored per row, ``(n_steps, n_envs,
 memory_size)`` each, always the memory *before* the row's step (an episode start at the row zeroes it
 inside the step, flagged by :meth:`RecurrentPOCARolloutBuffer.decision_episode_starts`):
 
@@ -26,7 +26,7 @@ import numpy as np
 import torch as th
 
 from unity_sb3.algorithms.poca.buffers import POCARolloutBuffer, transition_owners
-from unity_sb3.networks.memory import check_memory_settings
+from unity_sb3.networks.memory import check_memory_settings, episode_sequences, sequence_minibatches
 
 
 class RecurrentPOCASamples(NamedTuple):
@@ -183,20 +183,19 @@ class RecurrentPOCARolloutBuffer(POCARolloutBuffer):
     # ------------------------------------------------------------------- sequences
 
     def sequences(self) -> list[np.ndarray]:
-        """Each slot's active rows cut into chunks of at most ``sequence_length`` steps, as flat
-        indices ``t * n_envs + i`` in time order."""
+        """Each slot's active rows cut into chunks of at most ``sequence_length`` steps that never
+        cross an episode boundary (ML-Agents' cut, :func:`~unity_sb3.networks.memory.episode_sequences`),
+        as flat indices ``t * n_envs + i`` in time order."""
+        flags = self.decision_episode_starts()
         chunks = []
         for slot in range(self.n_envs):
-            flat = np.flatnonzero(self.active[:, slot]) * self.n_envs + slot
-            chunks += [
-                flat[start : start + self.sequence_length]
-                for start in range(0, flat.size, self.sequence_length)
-            ]
+            rows = np.flatnonzero(self.active[:, slot])
+            chunks += episode_sequences(rows * self.n_envs + slot, flags[rows, slot], self.sequence_length)
         return chunks
 
     def get(self, batch_size: int | None = None) -> Generator[RecurrentPOCASamples, None, None]:  # type: ignore[override]
-        """Shuffled minibatches of whole sequences, about ``batch_size`` steps each (at least one
-        sequence), as ML-Agents' ``batch_size // sequence_length`` sequences per minibatch."""
+        """Shuffled minibatches of whole sequences, about ``batch_size`` real steps each (at least one
+        sequence; :func:`~unity_sb3.networks.memory.sequence_minibatches`)."""
         assert self.full, "the rollout buffer is not full yet"
         chunks = self.sequences()
         flags = self.decision_episode_starts().reshape(-1)
@@ -204,10 +203,8 @@ class RecurrentPOCARolloutBuffer(POCARolloutBuffer):
             name: getattr(self, name).reshape(-1, self.memory_size)
             for name in ("memories", "value_memories", "baseline_memories")
         }
-        per_batch = len(chunks) if batch_size is None else max(1, batch_size // self.sequence_length)
-        order = np.random.permutation(len(chunks))
-        for start in range(0, len(chunks), per_batch):
-            batch = [chunks[k] for k in order[start : start + per_batch]]
+        for chosen in sequence_minibatches(np.array([chunk.size for chunk in chunks]), batch_size):
+            batch = [chunks[k] for k in chosen]
             flat = np.concatenate(batch)
             firsts = [chunk[0] for chunk in batch]
             lengths = np.array([chunk.size for chunk in batch])

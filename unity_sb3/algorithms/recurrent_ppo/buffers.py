@@ -9,7 +9,7 @@ import numpy as np
 import torch as th
 
 from unity_sb3.algorithms.ppo.buffers import SignalRolloutBuffer, SignalRolloutBufferSamples
-from unity_sb3.networks.memory import check_memory_settings, to_sequences
+from unity_sb3.networks.memory import check_memory_settings, episode_sequences, sequence_minibatches
 
 
 class SequenceSamples(NamedTuple):
@@ -37,9 +37,11 @@ class RecurrentSignalRolloutBuffer(SignalRolloutBuffer):
     """:class:`~unity_sb3.algorithms.ppo.buffers.SignalRolloutBuffer` that also stores, per step and slot,
     the actor's and critic's memories before the step, and hands out sequences.
 
-    Each slot's *active* steps, in time order, are cut into sequences of ``sequence_length`` (the last
-    padded); a minibatch holds ``max(batch_size // sequence_length, 1)`` of them, as ML-Agents counts
-    ``batch_size`` in steps. An episode start on a placeholder step carries to the slot's next active step.
+    Each slot's *active* steps, in time order, are cut into sequences of at most ``sequence_length``
+    that never cross an episode boundary (ML-Agents' cut; padded to ``sequence_length``); a minibatch
+    holds shuffled sequences of about ``batch_size`` real steps in all
+    (:func:`~unity_sb3.networks.memory.sequence_minibatches`). An episode start on a placeholder step
+    carries to the slot's next active step.
 
     :param memory_size: floats per memory.
     :param sequence_length: steps per training sequence.
@@ -72,31 +74,29 @@ class RecurrentSignalRolloutBuffer(SignalRolloutBuffer):
         return starts
 
     def sequences(self) -> tuple[np.ndarray, np.ndarray]:
-        """Flat step indices ``(n_seq, L)`` of every slot's active steps cut into sequences (padding
-        repeats the sequence's first step) and the mask of real steps ``(n_seq, L)``."""
+        """Flat step indices ``(n_seq, L)`` of every slot's active steps cut into sequences as ML-Agents
+        cuts them (:func:`~unity_sb3.networks.memory.episode_sequences`; padding repeats the sequence's
+        first step) and the mask of real steps ``(n_seq, L)``."""
         flat_active = self.active.reshape(-1)
-        chunks, masks = [], []
+        starts = self.active_episode_starts().reshape(-1)
+        chunks = []
         for env in range(self.n_envs):
             steps = np.arange(env, self.buffer_size * self.n_envs, self.n_envs)
             steps = steps[flat_active[steps]]
-            if len(steps):
-                indices, mask = to_sequences(steps, self.sequence_length, pad_value=-1)
-                chunks.append(np.where(mask, indices, indices[:, :1]))
-                masks.append(mask)
-        if not chunks:
-            empty = np.zeros((0, self.sequence_length))
-            return empty.astype(np.int64), empty.astype(bool)
-        return np.concatenate(chunks), np.concatenate(masks)
+            chunks += episode_sequences(steps, starts[steps], self.sequence_length)
+        lengths = np.array([len(chunk) for chunk in chunks], dtype=np.int64)
+        mask = np.arange(self.sequence_length)[None, :] < lengths[:, None]
+        indices = np.empty(mask.shape, dtype=np.int64)
+        indices[mask] = np.concatenate(chunks) if chunks else []
+        indices[~mask] = np.repeat([chunk[0] for chunk in chunks], self.sequence_length - lengths)
+        return indices, mask
 
     def get(self, batch_size: int | None = None) -> Generator[SignalRolloutBufferSamples, None, None]:
         """Minibatches of whole sequences in random order; their flat fields hold the real steps only."""
         assert self.full, "the rollout buffer is not full"
         indices, mask = self.sequences()
-        order = np.random.permutation(len(indices))
-        per_batch = len(order) if batch_size is None else max(batch_size // self.sequence_length, 1)
         starts = self.active_episode_starts().reshape(-1).astype(np.float32)
-        for begin in range(0, len(order), max(per_batch, 1)):
-            chosen = order[begin : begin + per_batch]
+        for chosen in sequence_minibatches(mask.sum(axis=1), batch_size):
             seq_indices, seq_mask = indices[chosen], mask[chosen]
             samples = self._get_samples(seq_indices[seq_mask])
             flat = seq_indices.reshape(-1)

@@ -7,11 +7,11 @@ critic each carry an LSTM memory (:mod:`unity_sb3.algorithms.recurrent_ppo.polic
 - **Acting** stores, at every step, each slot's actor and critic memories before the step, then
   advances them. A placeholder step of an inactive slot does not advance its memory; an episode
   start zeroes it.
-- **Training** cuts each slot's active steps of the rollout into sequences of ``sequence_length``
-  steps (the last padded) and unrolls each from the memory stored at its first step (truncated
-  BPTT, ML-Agents' ``BufferKey.MEMORY``/``CRITIC_MEMORY``); padding stays out of every loss. Unlike
-  ML-Agents, which pads each trajectory, a sequence may cross an episode boundary: the LSTM zeroes the
-  memory there.
+- **Training** cuts each slot's active steps of the rollout into sequences of at most
+  ``sequence_length`` steps that begin at every episode start and never cross one (ML-Agents cuts
+  each trajectory, which ends with its episode), and unrolls each from the memory stored at its first
+  step (truncated BPTT, ML-Agents' ``BufferKey.MEMORY``/``CRITIC_MEMORY``); padding stays out of
+  every loss. A minibatch holds shuffled sequences of about ``batch_size`` real steps.
 - **Values after a step** (terminal observations, the rollout's last observations) are read with the
   slot's current critic memory.
 
