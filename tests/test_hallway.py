@@ -427,10 +427,16 @@ def walk_to_a_side(scene, steps) -> np.ndarray:
 
 
 def walked_episodes(n: int, seed: int, length: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``n`` episodes of the walker (move_step 2): observations ``(n, length, 36)`` (zero-padded),
-    the shown symbol and the index of each episode's last decision."""
+    """``n`` episodes of the walker (the kinematic scene, move_step 2): observations ``(n, length, 36)``
+    (zero-padded), the shown symbol and the index of each episode's last decision."""
     scene = make_scene(
-        "Hallway", seed=seed, num_agents=32, move_step=2.0, max_steps=1200, observation_stacks=1
+        "Hallway",
+        seed=seed,
+        num_agents=32,
+        motion="kinematic",
+        move_step=2.0,
+        max_steps=1200,
+        observation_stacks=1,
     )
     scene.reset()
     current: dict[int, tuple[int, list]] = {}
