@@ -2,9 +2,10 @@
 
 Each slot's *active* rows of a rollout, in time order, form its agent's trajectory here; training
 cuts them into chunks of at most ``sequence_length`` (ML-Agents' ``sequence_length``) that never cross
-an episode boundary, each unrolled from the memories stored at its first row. Three memories are stored per row, ``(n_steps, n_envs,
-memory_size)`` each, always the memory *before* the row's step (an episode start at the row zeroes it
-inside the step, flagged by :meth:`RecurrentPOCARolloutBuffer.decision_episode_starts`):
+an episode boundary, each unrolled from the memories stored at its first row. Three memories are
+stored per row, ``(n_steps, n_envs, memory_size)`` each, always the memory *before* the row's step
+(an episode start at the row zeroes it inside the step, flagged by
+:meth:`RecurrentPOCARolloutBuffer.decision_episode_starts`):
 
 - ``memories``: the actor's, written while acting (:class:`~unity_sb3.algorithms.poca.RecurrentPOCA`);
 - ``value_memories`` / ``baseline_memories``: the centralised critic's two streams (ML-Agents'
