@@ -225,6 +225,46 @@ def test_executable_not_executable(tmp_path) -> None:
         open_unity(str(build))
 
 
+@pytest.mark.parametrize("busy_tries", [2, 6])
+def test_a_launcher_busy_for_a_moment_is_launched_and_one_busy_for_good_is_reported(
+    monkeypatch, busy_tries: int
+) -> None:
+    """ETXTBSY ("text file busy"): a just-written launcher held open by a child another thread forked
+    is tried again; one that stays busy gives the clear launch error."""
+    import errno
+
+    from unity_sb3.unity import connect
+
+    calls = []
+    real_popen = subprocess.Popen
+
+    def popen(args, **kwargs):
+        calls.append(args)
+        if len(calls) <= busy_tries:
+            raise OSError(errno.ETXTBSY, "Text file busy")
+        return real_popen(args, **kwargs)
+
+    monkeypatch.setattr(connect.subprocess, "Popen", popen)
+    monkeypatch.setattr(connect, "_BUSY_PAUSE", 0.001)
+    if busy_tries < connect._BUSY_TRIES:
+        process = connect._popen_retrying_busy(["true"])
+        assert process.wait(timeout=10) == 0 and len(calls) == busy_tries + 1
+    else:
+        with pytest.raises(OSError, match="Text file busy"):
+            connect._popen_retrying_busy(["true"])
+        assert len(calls) == connect._BUSY_TRIES
+
+    def denied(args, **kwargs):
+        calls.append(args)
+        raise PermissionError(errno.EACCES, "Permission denied")
+
+    calls.clear()
+    monkeypatch.setattr(connect.subprocess, "Popen", denied)
+    with pytest.raises(PermissionError):  # other errors are not tried again
+        connect._popen_retrying_busy(["true"])
+    assert len(calls) == 1
+
+
 def test_process_that_exits_reports_code_and_log(tmp_path) -> None:
     build = write_script(tmp_path / "Crash.x86_64", "#!/bin/sh\necho 'fatal: no GPU' >&2\nexit 3\n")
     with pytest.raises(UnityProcessError) as info:

@@ -36,7 +36,7 @@ from unity_sb3.unity.errors import UnityConfigurationError
 
 HALLWAY = "Hallway?team=0"
 #: success rate the shipped ppo_memory settings beat (RESULTS.md: 3 seeds measured, see there)
-SHIPPED_SUCCESS = 0.6
+SHIPPED_SUCCESS = 0.85
 
 
 def act(scene, actions) -> None:
@@ -386,7 +386,8 @@ def monitor_episodes(path) -> np.ndarray:
 @pytest.mark.slow
 def test_shipped_ppo_memory_settings_use_the_symbol(tmp_path):
     """`unity-sb3 train --env Hallway --algo ppo_memory` (the shipped variant and settings, seed 0,
-    300k steps of the shipped 500k; measured 0.75 here, 0.86 at 500k):
+    300k steps of the shipped 500k; the benchmark's seed 0 gives 0.96-0.97 at 225k-300k and 0.98 at
+    500k since sequences are cut at episode starts, 0.75 here and 0.86 at 500k before):
     the right goal in more than SHIPPED_SUCCESS of the episodes of the last 20% of training, where a
     policy without memory gets about half (RESULTS.md: "Memory vs no memory on Hallway")."""
     from unity_sb3.cli import main

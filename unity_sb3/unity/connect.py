@@ -21,6 +21,7 @@ Builds and the Editor are driven by :class:`LocalUnityEnvironment`, a
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import shutil
@@ -490,7 +491,7 @@ class LocalUnityEnvironment(UnityEnvironment):
         self._resources.output = self.output_path.open("wb")
         logger.debug("Launching %s %s", executable, args)
         try:
-            self._process = subprocess.Popen(
+            self._process = _popen_retrying_busy(
                 [str(executable), *args],
                 stdin=subprocess.DEVNULL,
                 stdout=self._resources.output,
@@ -596,3 +597,26 @@ class LocalUnityEnvironment(UnityEnvironment):
 
     def _close(self, timeout: float | None = None) -> None:
         self.close()
+
+
+#: tries and first pause (seconds, doubled each try) of :func:`_popen_retrying_busy`
+_BUSY_TRIES, _BUSY_PAUSE = 6, 0.02
+
+
+def _popen_retrying_busy(args: list[str], **kwargs: Any) -> subprocess.Popen:
+    """``subprocess.Popen``, tried again while the executable is "text file busy" (``ETXTBSY``).
+
+    A launcher script just written can be busy for a moment: a process forked by another thread while
+    the file was open for writing holds it until that child execs. Linux then refuses to execute it,
+    though nothing is wrong with it; the condition clears within milliseconds.
+    """
+    pause = _BUSY_PAUSE
+    for _ in range(_BUSY_TRIES - 1):
+        try:
+            return subprocess.Popen(args, **kwargs)
+        except OSError as error:
+            if error.errno != errno.ETXTBSY:
+                raise
+        time.sleep(pause)
+        pause *= 2
+    return subprocess.Popen(args, **kwargs)
