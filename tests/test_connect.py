@@ -230,7 +230,8 @@ def test_a_launcher_busy_for_a_moment_is_launched_and_one_busy_for_good_is_repor
     monkeypatch, busy_tries: int
 ) -> None:
     """ETXTBSY ("text file busy"): a just-written launcher held open by a child another thread forked
-    is tried again; one that stays busy gives the clear launch error."""
+    is tried again; one that stays busy raises the OSError, which the launch reports as
+    ``UnityExecutableError`` naming the file."""
     import errno
 
     from unity_sb3.unity import connect
