@@ -51,37 +51,25 @@ def unroll_sequences(
     memories: th.Tensor,
     episode_starts: th.Tensor,
     sequence_mask: th.Tensor,
-    final_memories: bool = True,
-) -> tuple[th.Tensor, th.Tensor | None]:
-    """Unroll ``memory`` over sequences given as their real steps.
+) -> tuple[th.Tensor, th.Tensor]:
+    """Unroll ``memory`` over sequences given as their real steps, in one LSTM call whatever their
+    lengths: the padding follows the real steps, so it cannot change their outputs.
 
     :param memory: the LSTM block.
     :param latent: the real steps' inputs, sequence after sequence, shape (n_steps, input_size).
     :param memories: (n_sequences, memory_size), the memory before each sequence.
     :param episode_starts: (n_steps,) nonzero where the memory is zeroed before the step.
     :param sequence_mask: (n_sequences, sequence_length) bool, True at real steps (a prefix).
-    :param final_memories: also return the memories after each sequence's last real step. Without
-        them the sequences run in one LSTM call whatever their lengths: the padding follows the real
-        steps, so it cannot change their outputs.
-    :return: LSTM outputs (n_steps, memory_size // 2) and memories (n_sequences, memory_size)
-        after each sequence's last real step (``None`` unless ``final_memories``).
+    :return: LSTM outputs (n_steps, memory_size // 2) and the memories (n_sequences, memory_size)
+        after each sequence's last column: after its last real step only where it has no padding
+        (acting's one-step sequences; training discards them).
     """
     padded = latent.new_zeros((*sequence_mask.shape, latent.shape[-1]))
     padded[sequence_mask] = latent
     starts = latent.new_zeros(sequence_mask.shape)
     starts[sequence_mask] = episode_starts.to(latent.dtype)
-    if sequence_mask.all() or not final_memories:
-        outputs, memories = memory(padded, memories, starts)
-        return outputs[sequence_mask], memories if final_memories else None
-    # sequences of different lengths: unroll each length group so padding never enters a memory
-    outputs = padded.new_zeros((*sequence_mask.shape, memory.hidden_size))
-    final = memories.clone()
-    lengths = sequence_mask.sum(dim=1)
-    for length in lengths.unique().tolist():
-        rows = lengths == length
-        out, final[rows] = memory(padded[rows, :length], memories[rows], starts[rows, :length])
-        outputs[rows, :length] = out
-    return outputs[sequence_mask], final
+    outputs, memories = memory(padded, memories, starts)
+    return outputs[sequence_mask], memories
 
 
 class RecurrentPOCAPolicy(POCAPolicy):
@@ -144,17 +132,12 @@ class RecurrentPOCAPolicy(POCAPolicy):
         return self.memory.initial_memories(n_agents, self.device)
 
     def unroll(
-        self,
-        obs: PyTorchObs,
-        memories: th.Tensor,
-        episode_starts: th.Tensor,
-        sequence_mask: th.Tensor,
-        final_memories: bool = True,
-    ) -> tuple[th.Tensor, th.Tensor | None]:
+        self, obs: PyTorchObs, memories: th.Tensor, episode_starts: th.Tensor, sequence_mask: th.Tensor
+    ) -> tuple[th.Tensor, th.Tensor]:
         """The actor up to its LSTM over sequences given as their real steps (see
         :func:`unroll_sequences`; ``obs`` has shape (n_steps, *obs_shape))."""
         latent = self.actor_net(self.extract_features(obs, self.features_extractor))
-        return unroll_sequences(self.memory, latent, memories, episode_starts, sequence_mask, final_memories)
+        return unroll_sequences(self.memory, latent, memories, episode_starts, sequence_mask)
 
     # ------------------------------------------------------------------ critic with memory
 
@@ -193,7 +176,6 @@ class RecurrentPOCAPolicy(POCAPolicy):
             th.cat([batch.value_memories, batch.baseline_memories]),
             batch.episode_starts.repeat(2),
             th.cat([batch.sequence_mask, batch.sequence_mask]),
-            final_memories=False,
         )
         scalars = self.critic.read_out(outputs, count.flatten(0, 1))
         return scalars[:n_steps], scalars[n_steps:]
@@ -242,13 +224,7 @@ class RecurrentPOCAPolicy(POCAPolicy):
         self, batch: RecurrentPOCASamples, actions: th.Tensor
     ) -> tuple[th.Tensor, th.Tensor | None]:
         """Log-probabilities and entropies (n_steps,) of a minibatch of sequences' actions."""
-        latent, _ = self.unroll(
-            batch.observations,
-            batch.memories,
-            batch.episode_starts,
-            batch.sequence_mask,
-            final_memories=False,
-        )
+        latent, _ = self.unroll(batch.observations, batch.memories, batch.episode_starts, batch.sequence_mask)
         distribution = self.distribution_from_latent(latent, batch.action_masks)
         return distribution.log_prob(actions), distribution.entropy()
 
