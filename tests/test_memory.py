@@ -147,3 +147,4 @@ def test_minibatches_hold_about_batch_size_real_steps(lengths: list[int]) -> Non
         assert [len(batch) for batch in batches] == [2] * 8  # full sequences: batch_size // 64 each
     (everything,) = sequence_minibatches(lengths, None)
     np.testing.assert_array_equal(np.sort(everything), np.arange(len(lengths)))
+    assert sequence_minibatches(lengths[:0], 128) == sequence_minibatches(lengths[:0], None) == []

@@ -202,10 +202,13 @@ def sequence_minibatches(lengths: np.ndarray, batch_size: int | None) -> list[np
 
     :param lengths: real steps of each sequence, shape ``(n_seq,)``.
     :param batch_size: real steps per minibatch; ``None``: one minibatch of every sequence.
-    :return: per minibatch, the indices of its sequences (a random permutation, split).
+    :return: per minibatch, the indices of its sequences (a random permutation, split); no
+        minibatch when there is no sequence.
     """
     order = np.random.permutation(len(lengths))
-    if batch_size is None or len(order) == 0:
+    if len(order) == 0:
+        return []
+    if batch_size is None:
         return [order]
     batches, first, steps = [], 0, 0
     for k, length in enumerate(np.asarray(lengths)[order].tolist()):
