@@ -10,7 +10,13 @@ from test_poca import SMALL, SacrificeVecEnv
 
 from unity_sb3.algorithms.poca import POCA
 from unity_sb3.algorithms.poca.buffers import transition_owners
-from unity_sb3.algorithms.poca.group_steps import group_mates, group_step_units, shared_values, unit_order
+from unity_sb3.algorithms.poca.group_steps import (
+    group_mates,
+    group_step_units,
+    rows_in_batch,
+    shared_values,
+    unit_order,
+)
 
 
 def _units(active, keys, waiting_keys=None, waiting_alive=None):
@@ -120,6 +126,104 @@ def test_value_once_per_unit_equals_value_per_row(sizes, split_by_size):
     shared_grads = th.autograd.grad((shared_v + 2 * shared_b).sum(), list(critic.parameters()))
     for grad, want in zip(shared_grads, grads):
         th.testing.assert_close(grad, want, rtol=1e-4, atol=1e-5)
+
+
+def _rows_of_units(critic, sizes, seed=0):
+    """:func:`_unit_batch`'s rows, shuffled, with what the rows themselves hold: each row's own
+    features and action, and the position of each of its groupmates' rows."""
+    features, actions, mask, units = _unit_batch(critic, sizes, seed)
+    n_actions = actions.shape[-1]
+    gen = th.Generator().manual_seed(seed + 1)
+    own_actions = th.empty(len(units), n_actions)
+    positions = th.full((len(units), max(sizes) - 1), -1, dtype=th.int64)
+    start = 0
+    for size in sizes:  # the unit's rows are start .. start + size - 1, member k's row first at k
+        for own in range(size):
+            others = [start + k for k in range(size) if k != own]
+            positions[start + own, : size - 1] = th.tensor(others, dtype=th.int64)
+        own_actions[start : start + size] = th.randn(size, n_actions, generator=gen)
+        for own in range(size):  # each row's mates' actions are those the mates' rows hold
+            actions[start + own, : size - 1] = own_actions[positions[start + own, : size - 1]]
+        start += size
+    permutation = th.as_tensor(np.random.default_rng(seed).permutation(len(units)))
+    new_position = th.empty_like(permutation)
+    new_position[permutation] = th.arange(len(units))
+    positions = positions[permutation]
+    positions = th.where(positions >= 0, new_position[positions.clamp(min=0)], positions)
+    return (
+        features[permutation],
+        actions[permutation],
+        mask[permutation],
+        units[permutation.numpy()],
+        own_actions[permutation],
+        positions,
+    )
+
+
+@pytest.mark.parametrize("sizes", [[3, 3, 3], [3, 2, 1, 3, 2], [2, 2], [1, 1]])
+@pytest.mark.parametrize("split_by_size", [True, False])
+def test_groupmates_taken_from_their_rows_give_the_same_values_baselines_and_gradients(sizes, split_by_size):
+    critic = POCA("MlpPolicy", SacrificeVecEnv(), **SMALL).policy.critic
+    critic.split_by_size = split_by_size
+    features, actions, mask, units, own_actions, positions = _rows_of_units(critic, sizes)
+    shared = tuple(th.as_tensor(part) for part in shared_values(units) or (np.arange(units.size),) * 2)
+
+    values, baselines = critic.value_and_baseline(features, actions, mask)
+    got_v, got_b = critic.value_and_baseline_of_rows(features[:, 0], own_actions, positions, shared)
+    th.testing.assert_close(got_v, values, rtol=1e-5, atol=1e-6)
+    th.testing.assert_close(got_b, baselines, rtol=1e-5, atol=1e-6)
+    assert critic.max_entities.item() == max(sizes)
+    parameters = list(critic.parameters())
+    grads = th.autograd.grad((values + 2 * baselines).sum(), parameters, allow_unused=True)
+    got_grads = th.autograd.grad((got_v + 2 * got_b).sum(), parameters, allow_unused=True)
+    for got, want, parameter in zip(got_grads, grads, parameters):
+        zero = th.zeros_like(parameter)  # groups of one leave the action encoder out of one graph
+        th.testing.assert_close(
+            zero if got is None else got, zero if want is None else want, rtol=1e-4, atol=1e-5
+        )
+
+
+def test_rows_in_batch_finds_each_present_row_or_gives_up():
+    flat = np.array([40, 7, 12, 3])
+    wanted = np.array([[7, 3], [40, 0], [12, 99]])
+    present = np.array([[True, True], [True, False], [True, False]])
+    assert np.array_equal(rows_in_batch(flat, wanted, present), [[1, 3], [0, -1], [2, -1]])
+    present[2, 1] = True  # row 99 is not in the minibatch
+    assert rows_in_batch(flat, wanted, present) is None
+    assert rows_in_batch(np.array([], dtype=np.int64), wanted[:0], present[:0]) is None
+
+
+@pytest.mark.parametrize("action", ["discrete", "multidiscrete", "box"])
+def test_minibatches_of_whole_groups_take_groupmates_from_their_rows(action):
+    """Every groupmate position a minibatch gives points at a row holding that groupmate's
+    observation and action, and the critic's values and gradients from the rows equal those
+    from the gathered groupmates."""
+    model = POCA("MlpPolicy", SacrificeVecEnv(action, n_instances=3), **SMALL).learn(48)
+    buffer, policy = model.rollout_buffer, model.policy
+    from_rows = 0
+    for batch in buffer.get(8):
+        if batch.mate_positions is None:
+            continue
+        from_rows += 1
+        present = batch.mate_positions >= 0
+        assert th.equal(present, batch.mate_mask.bool())
+        at = batch.mate_positions.clamp(min=0)
+        th.testing.assert_close(
+            batch.observations[at][present], batch.mate_observations[present], rtol=0, atol=0
+        )
+        th.testing.assert_close(batch.actions[at][present], batch.mate_actions[present], rtol=0, atol=0)
+        fields = (batch.observations, batch.mate_observations, batch.mate_actions, batch.mate_mask)
+        values, baselines = policy.predict_values_and_baselines(*fields, batch.shared_values)
+        got_v, got_b = policy.predict_values_and_baselines(
+            *fields, batch.shared_values, batch.actions, batch.mate_positions
+        )
+        th.testing.assert_close(got_v, values, rtol=1e-5, atol=1e-6)
+        th.testing.assert_close(got_b, baselines, rtol=1e-5, atol=1e-6)
+        parameters = list(policy.critic.parameters())
+        grads = th.autograd.grad((values + baselines).sum(), parameters)
+        for got, want in zip(th.autograd.grad((got_v + got_b).sum(), parameters), grads):
+            th.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    assert from_rows > 0
 
 
 def test_groups_of_one_sample_exactly_as_before():

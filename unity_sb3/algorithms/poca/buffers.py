@@ -51,6 +51,7 @@ from unity_sb3.algorithms.poca.group_steps import (
     BEFORE_ROLLOUT,
     group_mates,
     group_step_units,
+    rows_in_batch,
     shared_values,
     unit_order,
 )
@@ -74,6 +75,9 @@ class POCARolloutBufferSamples(NamedTuple):
     mate_actions: th.Tensor  # (B, M, action_dim)
     mate_mask: th.Tensor  # (B, M) True = present
     shared_values: tuple[th.Tensor, th.Tensor] | None = None  # rows sharing V (group_steps.shared_values)
+    # (B, M) the row in this minibatch holding each groupmate's observation and action (-1 = none);
+    # None unless every present groupmate's is one of its rows
+    mate_positions: th.Tensor | None = None
 
 
 def transition_owners(
@@ -589,6 +593,8 @@ class POCARolloutBuffer(RolloutBuffer):
                 sample.mate_actions,
                 sample.mate_mask,
                 sample.shared_values,
+                sample.actions,
+                sample.mate_positions,
             )
             self.values[r, c], self.baselines[r, c] = values.cpu().numpy(), baselines.cpu().numpy()
 
@@ -638,6 +644,9 @@ class POCARolloutBuffer(RolloutBuffer):
         else:
             obs = fresh(self.observations[t, i])
             mate_obs = fresh(mates_of(self.observations, self.waiting_obs))  # type: ignore[arg-type]
+        positions = None
+        if shared is not None and width > 0 and not before.any():
+            positions = rows_in_batch(flat, mate_rows * m + mate_cols, present)
         return POCARolloutBufferSamples(
             observations=obs,
             actions=fresh(self.actions[t, i]),
@@ -651,6 +660,7 @@ class POCARolloutBuffer(RolloutBuffer):
             mate_actions=fresh(mates_of(self.actions, self.waiting_actions)),
             mate_mask=fresh(present),
             shared_values=None if shared is None else (fresh(shared[0]), fresh(shared[1])),
+            mate_positions=None if positions is None else fresh(positions),
         )
 
     def get(self, batch_size: int | None = None) -> Generator[POCARolloutBufferSamples, None, None]:  # type: ignore[override]

@@ -126,3 +126,23 @@ def shared_values(units: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     position = np.empty_like(order)
     position[order] = np.arange(order.size)
     return first[order], position[unit_index.reshape(-1)]
+
+
+def rows_in_batch(flat: np.ndarray, wanted: np.ndarray, present: np.ndarray) -> np.ndarray | None:
+    """Where the rows ``wanted`` are in a minibatch (the groupmates' own rows, to take their
+    observations and actions from).
+
+    :param flat: the minibatch's rows as flat indices ``t * n_envs + i``, shape (batch,), distinct.
+    :param wanted: flat indices to find, shape (batch, width).
+    :param present: which entries of ``wanted`` to find, same shape.
+    :return: the position in ``flat`` of each present entry, -1 elsewhere, shape (batch, width);
+        None when some present entry is not a row of the minibatch.
+    """
+    if flat.size == 0:
+        return None
+    order = np.argsort(flat)
+    at = np.minimum(np.searchsorted(flat[order], wanted), flat.size - 1)
+    found = flat[order][at] == wanted
+    if not np.all(found | ~present):
+        return None
+    return np.where(present, order[at], -1)

@@ -456,6 +456,8 @@ class POCA(OnPolicyAlgorithm):
             batch.mate_actions,
             batch.mate_mask,
             batch.shared_values,
+            batch.actions,
+            batch.mate_positions,
         )
 
     def train(self) -> None:

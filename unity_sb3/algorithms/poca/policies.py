@@ -386,6 +386,8 @@ class POCAPolicy(BasePolicy):
         mate_actions: th.Tensor,
         mate_mask: th.Tensor,
         shared_values: tuple[th.Tensor, th.Tensor] | None = None,
+        own_actions: th.Tensor | None = None,
+        mate_positions: th.Tensor | None = None,
     ) -> tuple[th.Tensor, th.Tensor]:
         """V of each row's group and its agent's baseline, in one critic pass (training's hot path).
 
@@ -397,8 +399,21 @@ class POCAPolicy(BasePolicy):
         :param mate_actions: raw actions as stored in the buffer, shape (batch, n_mates, action_dim).
         :param mate_mask: True for present groupmates, shape (batch, n_mates).
         :param shared_values: rows that share V, as the critic body's ``value_and_baseline`` takes.
+        :param own_actions: each row's own raw action, shape (batch, action_dim); with
+            ``mate_positions`` and ``shared_values``, the critic takes each groupmate's observation
+            and action from its own row (``value_and_baseline_of_rows``: each computed once).
+        :param mate_positions: the row of each groupmate in this batch (-1 = none), shape
+            (batch, n_mates); only when every present groupmate's observation and action are those
+            of that row.
         :return: ``(values, baselines)``, shape (batch,) each.
         """
+        if shared_values is not None and own_actions is not None and mate_positions is not None:
+            return self.critic.value_and_baseline_of_rows(
+                self.extract_features(own_obs, self.critic_features_extractor),
+                self.encode_actions(own_actions),
+                mate_positions,
+                shared_values,
+            )
         members, member_mask = self._group_of(own_obs, mate_obs, mate_mask)
         return self.critic.value_and_baseline(
             self._member_features(members), self.encode_actions(mate_actions), member_mask, shared_values

@@ -47,6 +47,7 @@ class RecurrentPOCASamples(NamedTuple):
     mate_actions: th.Tensor
     mate_mask: th.Tensor
     shared_values: None  # memory gives each row its own V: never shared
+    mate_positions: None  # so the critic never takes groupmates from their rows (no shared V)
     memories: th.Tensor  # (n_sequences, memory_size): stored actor memory before each sequence
     episode_starts: th.Tensor  # (n_steps,) 1.0 where an episode started since the previous decision
     sequence_mask: th.Tensor  # (n_sequences, sequence_length) bool, True at real steps
