@@ -14,6 +14,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv
 from unity_sb3 import SAC
 from unity_sb3.algorithms.sac.buffers import SequenceReplayBuffer
 from unity_sb3.algorithms.sac.recurrent import SequenceBatch
+from unity_sb3.networks.memory import episode_sequences
 
 ACTION_SPACES = {
     "box": spaces.Box(-1.0, 1.0, (1,), np.float32),
@@ -112,28 +113,73 @@ def filled_buffer(steps: int, n_envs: int = 2, size: int = 10, length: int = 3) 
     return buffer
 
 
-@pytest.mark.parametrize("steps", [7, 25])  # not yet full; full and wrapped around
-def test_buffer_samples_consecutive_steps_of_one_env_with_the_first_steps_memory(steps: int) -> None:
+def held_sequences(steps: int, rows: int = 5, length: int = 3) -> list[list[int]]:
+    """:func:`filled_buffer`'s training sequences (steps ``t``) still held in its ``rows`` rows per
+    env (SB3 gives each env ``size // n_envs``): ML-Agents' cut of the whole history (episode
+    starts every 4 steps), the sequence holding the oldest step cut there."""
+    history = episode_sequences(np.arange(steps), np.arange(steps) % 4 == 0, length)
+    oldest = max(0, steps - rows)
+    return [[t for t in piece if t >= oldest] for piece in history if piece[-1] >= oldest]
+
+
+@pytest.mark.parametrize("steps", [4, 7, 25])  # not yet full (5 rows per env); full and wrapped around
+def test_buffer_samples_training_sequences_cut_as_ml_agents_cuts_them(steps: int) -> None:
     buffer = filled_buffer(steps)
-    data = buffer.sample(12)  # 12 // 3 = 4 sequences
-    obs = data.observations.observations.numpy().reshape(4, 3, 2)
-    assert np.all(np.diff(obs[:, :, 0], axis=1) == 1)  # consecutive steps, never across the write position
-    assert np.all(obs[:, :, 1] == obs[:, :1, 1])  # one env per sequence
-    assert np.all(obs[:, 0, 0] >= steps - 10)  # overwritten rows are never sampled
-    np.testing.assert_array_equal(data.observations.memories.numpy()[:, 0], obs[:, 0, 0])
-    np.testing.assert_array_equal(data.next_observations.memories.numpy()[:, 0], obs[:, 0, 0] + 0.5)
-    starts = data.observations.episode_starts.numpy().reshape(4, 3)
-    np.testing.assert_array_equal(starts, obs[:, :, 0] % 4 == 0)
-    next_starts = data.next_observations.episode_starts.numpy().reshape(4, 3)
-    np.testing.assert_array_equal(next_starts[:, 0], 0.0)  # the next step continues the same episode
-    np.testing.assert_array_equal(next_starts[:, 1:], starts[:, 1:])
+    expected = held_sequences(steps)
+    np.random.seed(steps)
+    for _ in range(20):
+        data = buffer.sample(12)
+        mask = data.observations.sequence_mask.numpy()
+        lengths = mask.sum(axis=1)
+        assert np.all(mask == (np.arange(3) < lengths[:, None]))  # real steps first
+        assert lengths.sum() >= 12 > lengths[:-1].sum()  # drawn until they hold 12 real steps
+        obs = data.observations.observations.numpy()
+        pieces = np.split(obs, np.cumsum(lengths)[:-1])
+        for piece in pieces:
+            assert np.all(piece[:, 1] == piece[0, 1])  # one env per sequence
+            assert piece[:, 0].astype(int).tolist() in expected
+        first_t = np.array([piece[0, 0] for piece in pieces])
+        np.testing.assert_array_equal(data.observations.memories.numpy()[:, 0], first_t)
+        np.testing.assert_array_equal(data.next_observations.memories.numpy()[:, 0], first_t + 0.5)
+        starts = data.observations.episode_starts.numpy()
+        np.testing.assert_array_equal(starts, obs[:, 0] % 4 == 0)
+        firsts = np.r_[0, np.cumsum(lengths)[:-1]]
+        assert np.all(np.delete(starts, firsts) == 0)  # no episode starts inside a sequence
+        np.testing.assert_array_equal(data.next_observations.episode_starts.numpy(), 0.0)
+        np.testing.assert_array_equal(data.next_observations.observations.numpy(), obs + 1)
+
+
+def test_buffer_draws_each_sequence_equally_often_whatever_its_length() -> None:
+    """ML-Agents samples its (padded) sequences uniformly; here lengths 3, 1, 3, 1."""
+    buffer = filled_buffer(8, n_envs=1)
+    np.random.seed(0)
+    firsts = [buffer.sample(1).observations.observations[0, 0].item() for _ in range(2000)]
+    counts = np.array([firsts.count(t) for t in (0.0, 3.0, 4.0, 7.0)])
+    assert counts.sum() == 2000
+    assert np.all(np.abs(counts / 2000 - 0.25) < 0.04), counts
 
 
 def test_buffer_samples_shorter_sequences_while_it_holds_fewer_steps() -> None:
     data = filled_buffer(2).sample(6)
-    assert data.observations.memories.shape == (2, 2) and len(data.observations.episode_starts) == 4
+    mask = data.observations.sequence_mask.numpy()
+    assert mask.tolist() == [[True, True, False]] * 3
+    np.testing.assert_array_equal(data.observations.observations.numpy()[:, 0], [0, 1] * 3)
     with pytest.raises(ValueError, match="empty"):
         filled_buffer(0).sample(6)
+
+
+@pytest.mark.parametrize("net", ["actor", "critic"])
+def test_sequences_of_different_lengths_unroll_as_each_alone(net: str) -> None:
+    model = make_sac(ACTION_SPACES["box"])
+    network = getattr(model, net)
+    extractor = network.features_extractor
+    obs, stored = th.randn(4, 2), th.randn(2, 8)
+    mask = th.tensor([[True, True, True], [True, False, False]])
+    starts = th.tensor([1.0, 0.0, 0.0, 0.0])
+    together = network.extract_features(SequenceBatch(obs, starts, stored, mask), extractor)
+    first = network.extract_features(SequenceBatch(obs[:3], starts[:3], stored[:1]), extractor)
+    second = network.extract_features(SequenceBatch(obs[3:], starts[3:], stored[1:]), extractor)
+    th.testing.assert_close(together, th.cat([first, second]))
 
 
 @pytest.mark.parametrize("name", ["box", "discrete"])

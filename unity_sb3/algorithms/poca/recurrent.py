@@ -42,34 +42,8 @@ from unity_sb3.networks.memory import (
     DEFAULT_SEQUENCE_LENGTH,
     LSTMMemory,
     check_memory_settings,
+    unroll_sequences,
 )
-
-
-def unroll_sequences(
-    memory: LSTMMemory,
-    latent: th.Tensor,
-    memories: th.Tensor,
-    episode_starts: th.Tensor,
-    sequence_mask: th.Tensor,
-) -> tuple[th.Tensor, th.Tensor]:
-    """Unroll ``memory`` over sequences given as their real steps, in one LSTM call whatever their
-    lengths: the padding follows the real steps, so it cannot change their outputs.
-
-    :param memory: the LSTM block.
-    :param latent: the real steps' inputs, sequence after sequence, shape (n_steps, input_size).
-    :param memories: (n_sequences, memory_size), the memory before each sequence.
-    :param episode_starts: (n_steps,) nonzero where the memory is zeroed before the step.
-    :param sequence_mask: (n_sequences, sequence_length) bool, True at real steps (a prefix).
-    :return: LSTM outputs (n_steps, memory_size // 2) and the memories (n_sequences, memory_size)
-        after each sequence's last column: after its last real step only where it has no padding
-        (acting's one-step sequences; training discards them).
-    """
-    padded = latent.new_zeros((*sequence_mask.shape, latent.shape[-1]))
-    padded[sequence_mask] = latent
-    starts = latent.new_zeros(sequence_mask.shape)
-    starts[sequence_mask] = episode_starts.to(latent.dtype)
-    outputs, memories = memory(padded, memories, starts)
-    return outputs[sequence_mask], memories
 
 
 class RecurrentPOCAPolicy(POCAPolicy):

@@ -167,17 +167,20 @@ class MaskedDictReplayBuffer(_MasksMixin, DictReplayBuffer):
 
 
 class _SequencesMixin:
-    """Memories stored per step and batches sampled as sequences, for SAC with memory.
+    """Memories stored per step and batches sampled as training sequences, for SAC with memory.
 
     Before each ``add`` the algorithm calls :meth:`set_memories` with the actor's memory before and
-    after the step and whether the step starts an episode. :meth:`sample` returns
-    ``batch_size // sequence_length`` sequences of ``sequence_length`` consecutive steps of one env
-    (ML-Agents' ``sample_mini_batch(batch_size, sequence_length)``; shorter while the buffer holds
-    fewer steps), never across the write position,
-    with observations and next observations as :class:`~unity_sb3.algorithms.sac.recurrent.SequenceBatch`.
+    after the step and whether the step starts an episode. Each env's steps are cut into training
+    sequences as ML-Agents cuts them (``AgentBuffer.resequence_and_append``): a sequence begins at
+    an episode start and every ``sequence_length`` steps within an episode (and at an env's oldest
+    step still held, when the beginning of its sequence was overwritten), so it never crosses an
+    episode or the write position. :meth:`sample` draws sequences uniformly (each step equally
+    likely to be in a draw, as ML-Agents' ``sample_mini_batch`` of its padded sequences) until they
+    hold ``batch_size`` real steps, and returns the observations and next observations of those
+    steps as :class:`~unity_sb3.algorithms.sac.recurrent.SequenceBatch` with their sequence mask.
 
     :param memory_size: floats of memory per agent.
-    :param sequence_length: steps per sampled sequence.
+    :param sequence_length: most steps per sampled sequence.
     """
 
     buffer_size: int
@@ -201,6 +204,9 @@ class _SequencesMixin:
         self.memories = np.zeros((self.buffer_size, self.n_envs, self.memory_size), dtype=np.float32)
         self.next_memories = np.zeros_like(self.memories)
         self.episode_starts = np.zeros((self.buffer_size, self.n_envs), dtype=np.float32)
+        #: each step's place in its training sequence (0: a sequence begins at this step)
+        self.sequence_offsets = np.zeros((self.buffer_size, self.n_envs), dtype=np.int64)
+        self._last_offsets = np.full(self.n_envs, -1, dtype=np.int64)  # -1: no step stored yet
         self._pending_memories: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
     def set_memories(
@@ -216,22 +222,49 @@ class _SequencesMixin:
         self.memories[self.pos] = memories
         self.next_memories[self.pos] = next_memories
         self.episode_starts[self.pos] = starts
+        offsets = self._last_offsets + 1
+        offsets[(np.asarray(starts) > 0) | (self._last_offsets < 0) | (offsets >= self.sequence_length)] = 0
+        self.sequence_offsets[self.pos] = self._last_offsets = offsets
         self._pending_memories = None
         super().add(*args, **kwargs)  # type: ignore[misc]
 
+    def reset(self) -> None:
+        super().reset()  # type: ignore[misc]
+        self._last_offsets[:] = -1
+
     def sample(self, batch_size: int, env: VecNormalize | None = None) -> MaskedReplayBufferSamples:  # type: ignore[override]
+        rows, envs, mask = self.sample_sequences(batch_size)
+        return self._sequence_samples(rows, envs, mask, env)
+
+    def sample_sequences(self, batch_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Draw training sequences uniformly until they hold ``batch_size`` real steps (at least one).
+
+        :return: the buffer rows and envs of the real steps, sequence after sequence in time order
+            (``(n_real,)`` each), and the sequence mask ``(n_sequences, sequence_length)``.
+        """
         filled = self.buffer_size if self.full else self.pos
         if filled == 0:
             raise ValueError(
                 "the replay buffer is empty: collect steps (learning_starts > 0) before sampling."
             )
-        length = min(self.sequence_length, filled)  # shorter sequences while the buffer fills up
-        n_sequences = max(1, batch_size // self.sequence_length)
         oldest = self.pos if self.full else 0
-        starts = oldest + np.random.randint(0, filled - length + 1, size=n_sequences)
-        rows = ((starts[:, None] + np.arange(length)) % self.buffer_size).ravel()
-        envs = np.repeat(np.random.randint(0, self.n_envs, size=n_sequences), length)
-        return self._sequence_samples(rows, envs, n_sequences, env)
+        begins = self.sequence_offsets[:filled] == 0
+        begins[oldest] = True  # the oldest steps held: their sequences' beginnings may be overwritten
+        first_rows, first_envs = np.nonzero(begins)
+        draw = np.random.randint(0, first_rows.size, size=max(1, batch_size))
+        first_rows, first_envs = first_rows[draw], first_envs[draw]
+        ahead = np.arange(self.sequence_length)
+        steps = (first_rows - oldest) % self.buffer_size  # time order: 0 = the oldest step held
+        window = (first_rows[:, None] + ahead) % self.buffer_size
+        offsets = self.sequence_offsets[window, first_envs[:, None]]
+        # a sequence goes on while the offsets count up from its first step's, up to the write position
+        going_on = (offsets == offsets[:, :1] + ahead) & (steps[:, None] + ahead < filled)
+        mask = np.cumprod(going_on, axis=1).astype(bool)
+        n_sequences = int(np.searchsorted(np.cumsum(mask.sum(axis=1)), batch_size)) + 1
+        mask = mask[:n_sequences]
+        rows = window[:n_sequences][mask]
+        envs = np.broadcast_to(first_envs[:n_sequences, None], mask.shape)[mask]
+        return rows, envs, mask
 
     def _take(self, stored: Any, rows: np.ndarray, envs: np.ndarray) -> Any:
         if isinstance(stored, dict):
@@ -244,27 +277,31 @@ class _SequencesMixin:
         return self.to_torch(obs)  # type: ignore[attr-defined]
 
     def _sequence_samples(
-        self, rows: np.ndarray, envs: np.ndarray, n_sequences: int, env: VecNormalize | None
+        self, rows: np.ndarray, envs: np.ndarray, mask: np.ndarray, env: VecNormalize | None
     ) -> MaskedReplayBufferSamples:
         to_torch = self.to_torch  # type: ignore[attr-defined]
         normalize = self._normalize_obs  # type: ignore[attr-defined]
-        starts = self.episode_starts[rows, envs].reshape(n_sequences, -1)
-        next_starts = np.concatenate([np.zeros((n_sequences, 1), np.float32), starts[:, 1:]], axis=1)
-        first = np.arange(n_sequences) * starts.shape[1]
+        sequence_mask = th.as_tensor(mask, device=self.device)  # type: ignore[attr-defined]
+        first = np.r_[0, np.cumsum(mask.sum(axis=1))[:-1]]  # each sequence's first real step
+        starts = self.episode_starts[rows, envs]
+        next_starts = starts.copy()
+        next_starts[first] = 0.0  # the step after a sequence's first continues its episode
         masks, next_masks = (
             self._masks_at(rows, envs) if isinstance(self, _MasksMixin) else (None, None)  # type: ignore[attr-defined]
         )
         return MaskedReplayBufferSamples(
             observations=SequenceBatch(
                 self._as_torch(normalize(self._take(self.observations, rows, envs), env)),
-                to_torch(starts.ravel()),
+                to_torch(starts),
                 to_torch(self.memories[rows[first], envs[first]]),
+                sequence_mask,
             ),
             actions=to_torch(self.actions[rows, envs]),
             next_observations=SequenceBatch(
                 self._as_torch(normalize(self._take(self.next_observations, rows, envs), env)),
-                to_torch(next_starts.ravel()),
+                to_torch(next_starts),
                 to_torch(self.next_memories[rows[first], envs[first]]),
+                sequence_mask,
             ),
             dones=to_torch((self.dones[rows, envs] * (1 - self.timeouts[rows, envs])).reshape(-1, 1)),
             rewards=to_torch(self._normalize_reward(self.rewards[rows, envs].reshape(-1, 1), env)),  # type: ignore[attr-defined]

@@ -9,12 +9,14 @@ LSTM's hidden and cell state side by side, ``memory_size = 2 * hidden`` floats p
 - **Q networks**: each critic (and target) has its own encoder and LSTM; a sampled sequence runs
   them from zero memory, as ML-Agents' SAC does for its Q networks (``q_memories`` are zeros in
   ``TorchSACOptimizer.update``).
-- A replay batch is a set of sequences of ``sequence_length`` consecutive steps of one agent; the
-  memory is reset inside a sequence where an episode starts (ML-Agents pads episodes instead).
+- A replay batch is a set of training sequences cut as ML-Agents cuts them: a sequence begins at an
+  episode start and every ``sequence_length`` steps within an episode, so it never crosses an
+  episode and its first step is where the Q networks' zero memory is right or ML-Agents' too
+  (the replay buffer's :meth:`~unity_sb3.algorithms.sac.buffers.SequenceReplayBuffer.sample`).
 
 A batch of sequences travels through SB3's and the project's SAC losses as a :class:`SequenceBatch`
 in place of the observations: the actor and critics below unroll their LSTM over it and return
-features ``(n_sequences * sequence_length, hidden)``, so the losses are the memoryless ones.
+features ``(real steps, hidden)``, so the losses are the memoryless ones.
 """
 
 from __future__ import annotations
@@ -39,21 +41,26 @@ from unity_sb3.networks.memory import (
     LSTMMemory,
     check_memory_settings,
     predict_memories,
+    unroll_sequences,
 )
 
 
 class SequenceBatch(NamedTuple):
-    """Observations of ``n`` sequences of ``L`` steps each, with what the LSTM needs to unroll them.
+    """Observations of ``n`` sequences of at most ``L`` steps each, with what the LSTM needs to unroll them.
 
-    :param observations: ``(n * L, ...)`` (or a dict of them), sequence-major.
-    :param episode_starts: ``(n * L,)`` float, 1.0 where an episode starts (the memory is reset
-        there); None: no episode starts (acting, where the memories are reset beforehand).
+    :param observations: the real steps' observations, sequence after sequence (or a dict of them):
+        ``(n * L, ...)`` without ``sequence_mask``.
+    :param episode_starts: one float per real step, 1.0 where an episode starts (the memory is
+        reset there); None: no episode starts (acting, where the memories are reset beforehand).
     :param memories: ``(n, memory_size)``: the actor's memory before each sequence's first step.
+    :param sequence_mask: ``(n, L)`` bool, True at each sequence's real steps (a prefix of its
+        row); None: every sequence has ``L`` real steps.
     """
 
     observations: PyTorchObs
     episode_starts: th.Tensor | None
     memories: th.Tensor
+    sequence_mask: th.Tensor | None = None
 
 
 def plain_observations(observations: PyTorchObs | SequenceBatch) -> PyTorchObs:
@@ -103,6 +110,14 @@ class _UnrollsSequences:
         body_features = super().extract_features(obs.observations, features_extractor.body)  # type: ignore[misc]
         n = obs.memories.shape[0]
         memories = obs.memories if self.starts_from_stored_memory else th.zeros_like(obs.memories)
+        if obs.sequence_mask is not None:
+            starts = obs.episode_starts
+            if starts is None:
+                starts = body_features.new_zeros(body_features.shape[0])
+            outputs, self.final_memories = unroll_sequences(
+                features_extractor.memory, body_features, memories, starts, obs.sequence_mask
+            )
+            return outputs
         outputs, self.final_memories = features_extractor.memory(
             body_features.reshape(n, -1, body_features.shape[-1]),
             memories,
