@@ -20,6 +20,19 @@ from typing import Any
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
+
+def _import_this_tree() -> None:
+    """Make ``import unity_sb3`` take this source tree, not the venv's editable install (which
+    points at the main checkout), so that a ``git worktree`` of another commit benchmarks that
+    commit. Scripts import this module before ``unity_sb3``. A set ``PYTHONPATH`` decides instead:
+    ``--baseline`` workers run another tree's ``unity_sb3`` that way."""
+    root = str(Path(__file__).resolve().parents[1])
+    if not os.environ.get("PYTHONPATH") and root not in sys.path:
+        sys.path.insert(0, root)
+
+
+_import_this_tree()
+
 _PACKAGES = ("numpy", "torch", "stable-baselines3", "mlagents-envs", "protobuf", "grpcio", "gymnasium")
 
 

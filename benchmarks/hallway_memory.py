@@ -57,8 +57,6 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.vec_env import VecMonitor
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-# this tree's unity_sb3, not the venv's editable install (a `git worktree` of another commit runs its own)
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _common import print_table, write_results
 from _curves import EpisodeRecorder, run_tasks, windowed_mean
 
