@@ -7,7 +7,9 @@ the wrong goal gives -0.1), the same per shown symbol (``SymbolTally``), and the
 ``memory`` is sb3-contrib's ``RecurrentPPO`` (an LSTM, what ML-Agents' ``network_settings.memory``
 maps to today); ``no_memory`` is
 ``unity_sb3.PPO`` with the same layers, rollout and optimisation settings; ``ppo_memory`` is the
-project's ``unity_sb3.RecurrentPPO`` (ML-Agents' memory_size 128, sequence_length 64). A policy without memory
+project's ``unity_sb3.RecurrentPPO`` (ML-Agents' memory_size 128, sequence_length 64); ``sac_memory`` and
+``sac_no_memory`` are ``unity_sb3.SAC`` with and without memory at Unity's config/sac/Hallway.yaml
+settings (:data:`SAC_SETTINGS`; ``--set`` replaces them for those policies). A policy without memory
 can still reach the goals but, there, cannot tell which one is right: 50% is its ceiling unless it
 carries the symbol in where it walks.
 
@@ -60,12 +62,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import print_table, write_results
 from _curves import EpisodeRecorder, run_tasks, windowed_mean
 
-from unity_sb3 import PPO, RecurrentPPO, UnityVecEnv
+from unity_sb3 import PPO, SAC, RecurrentPPO, UnityVecEnv
 from unity_sb3.config.model_args import resolve_schedule
 from unity_sb3.scenes import make_scene
 from unity_sb3.scenes.hallway import MOTIONS, RAY_ANGLES, RAY_FEATURES, SYMBOL_O, SYMBOL_X
 
-POLICIES = ("memory", "no_memory", "ppo_memory")
+POLICIES = ("memory", "no_memory", "ppo_memory", "sac_memory", "sac_no_memory")
 #: ``--set activation_fn=...`` of the dense layers (SB3's default tanh; ML-Agents' network body: silu)
 ACTIVATIONS: dict[str, type[th.nn.Module]] = {"tanh": th.nn.Tanh, "silu": th.nn.SiLU, "relu": th.nn.ReLU}
 #: shared by both policies (the shipped ``unity_sb3/Hallway-v0`` entry of recurrent_ppo.yml)
@@ -80,9 +82,26 @@ SETTINGS: dict[str, Any] = {
 }
 
 
+#: ``sac_memory`` / ``sac_no_memory``: Unity's config/sac/Hallway.yaml as the project's ML-Agents mapping
+#: gives it on 8 slots (steps_per_update 10 -> one gradient step per VecEnv step of 8 agent-steps;
+#: init_entcoef 0.1 -> a learned coefficient from 0.1); hidden layers 2 x 128, memory 128 / 64
+SAC_SETTINGS: dict[str, Any] = {
+    "learning_rate": 3e-4,
+    "batch_size": 512,
+    "buffer_size": 200_000,
+    "learning_starts": 0,
+    "tau": 0.005,
+    "gamma": 0.99,
+    "ent_coef": "auto_0.1",
+    "train_freq": 1,
+    "gradient_steps": 1,
+    "net_arch": [128, 128],
+}
+
+
 def make_model(
     policy: str, env, seed: int, settings: dict[str, Any] | None = None
-) -> ContribRecurrentPPO | RecurrentPPO | PPO:
+) -> ContribRecurrentPPO | RecurrentPPO | PPO | SAC:
     """sb3-contrib's ``RecurrentPPO`` (LSTM of 64 after a 128 layer), the project's ``RecurrentPPO``
     (ML-Agents' memory: 128 floats, sequences of 64) or ``PPO``, with the same settings.
 
@@ -97,6 +116,12 @@ def make_model(
     net_arch = settings.pop("net_arch", None)
     activation = ACTIVATIONS[settings.pop("activation_fn", "tanh")]
     post_memory_arch = settings.pop("post_memory_arch", None)
+    if policy in ("sac_memory", "sac_no_memory"):
+        sac_kwargs: dict[str, Any] = {"activation_fn": activation, "net_arch": net_arch or [128, 128]}
+        if policy == "sac_memory":
+            sac_kwargs.update(memory)
+        name = "MultiInputLstmPolicy" if policy == "sac_memory" else "MultiInputPolicy"
+        return SAC(name, env, seed=seed, policy_kwargs=sac_kwargs, **settings)
     if policy == "ppo_memory":
         policy_kwargs: dict[str, Any] = {"activation_fn": activation}
         if net_arch is not None:
@@ -334,17 +359,22 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--save-dir", help="save each trained model there as <policy>_seed<seed>.zip")
     args = parser.parse_args(argv)
 
-    settings = dict(SETTINGS)
+    overrides: dict[str, Any] = {}
     for item in args.set:
         key, sep, value = item.partition("=")
         if not sep:
             parser.error(f"--set takes KEY=VALUE, got {item!r}")
         # "lin_<start>_<end>" (learning_rate, clip_range, ent_coef): ML-Agents' linear schedules
-        settings[key] = resolve_schedule(yaml.safe_load(value))
-    if settings.get("activation_fn", "tanh") not in ACTIVATIONS:
+        overrides[key] = resolve_schedule(yaml.safe_load(value))
+    if overrides.get("activation_fn", "tanh") not in ACTIVATIONS:
         parser.error(
-            f"--set activation_fn takes one of {', '.join(ACTIVATIONS)}, got {settings['activation_fn']!r}"
+            f"--set activation_fn takes one of {', '.join(ACTIVATIONS)}, got {overrides['activation_fn']!r}"
         )
+
+    def settings_of(policy: str) -> dict[str, Any]:
+        return {**(SAC_SETTINGS if policy.startswith("sac") else SETTINGS), **overrides}
+
+    settings = settings_of(args.policies[0])  # the first policy's, as the summary reports them
     tasks = [
         (
             p,
@@ -354,7 +384,7 @@ def main(argv: list[str] | None = None) -> None:
             args.max_steps,
             args.window,
             args.num_agents,
-            settings,
+            settings_of(p),
             not args.fixed_goals,
             args.progress,
             args.save_dir,
