@@ -11,8 +11,9 @@ LSTM's hidden and cell state side by side, ``memory_size = 2 * hidden`` floats p
   ``TorchSACOptimizer.update``).
 - A replay batch is a set of training sequences cut as ML-Agents cuts them: a sequence begins at an
   episode start and every ``sequence_length`` steps within an episode, so it never crosses an
-  episode and its first step is where the Q networks' zero memory is right or ML-Agents' too
-  (the replay buffer's :meth:`~unity_sb3.algorithms.sac.buffers.SequenceReplayBuffer.sample`).
+  episode, and one that begins an episode starts the Q networks from the zero memory the episode
+  really starts with (at the other cuts zero memory is ML-Agents' approximation too; the replay
+  buffer's :meth:`~unity_sb3.algorithms.sac.buffers.SequenceReplayBuffer.sample`).
 
 A batch of sequences travels through SB3's and the project's SAC losses as a :class:`SequenceBatch`
 in place of the observations: the actor and critics below unroll their LSTM over it and return
