@@ -31,6 +31,7 @@ from unity_sb3.scenes.hallway import (
     TURN_RIGHT,
     WALL,
     X_GOAL,
+    cast_rays,
 )
 from unity_sb3.unity.errors import UnityConfigurationError
 
@@ -244,6 +245,33 @@ def test_rays_tag_the_shown_symbol_and_the_goals(selection, tag, motion):
     assert (
         rays[1, X_GOAL] == 1.0 and rays[2, O_GOAL] == 1.0
     )  # right ray: X goal at +7; left ray: O goal at -7
+
+
+@pytest.mark.parametrize("motion", ["rigid_body", "kinematic"])
+def test_one_cast_tags_each_agents_own_shown_symbol(motion):
+    """The rays of agents shown different symbols, cast once with each agent's symbol tag, equal
+    casting every agent with one tag and keeping the agent's own."""
+    scene = make_scene("Hallway", seed=0, num_agents=8, motion=motion)
+    scene.reset()
+    rng = np.random.default_rng(1)
+    idx = np.arange(8)
+    scene._selection[:] = [0, 1, 1, 0, 1, 0, 0, 1]
+    scene._pos[:] = np.c_[rng.uniform(-2.0, 2.0, 8), rng.uniform(-9.0, -3.0, 8)]  # the symbol ahead
+    scene._yaw[:] = rng.uniform(-20.0, 20.0, 8)
+    rays = scene._frame(idx)[0]
+    discs, disc_tags, boxes, box_tags = scene._objects(idx)
+    walls = (9.5, 24.75) if motion == "rigid_body" else (10.0, 25.0)
+    each = {
+        symbol: cast_rays(
+            scene._pos, scene._yaw, discs, disc_tags, boxes, np.r_[box_tags[:-1], symbol], walls
+        )
+        for symbol in (SYMBOL_O, SYMBOL_X)
+    }
+    want = np.where((scene._selection == 0)[:, None], each[SYMBOL_O], each[SYMBOL_X])
+    np.testing.assert_array_equal(rays, want)
+    seen = rays.reshape(8, 5, RAY_FEATURES)[:, :, [SYMBOL_O, SYMBOL_X]].any(axis=1)
+    assert seen[scene._selection == 0, 0].all() and not seen[scene._selection == 0, 1].any()
+    assert seen[scene._selection == 1, 1].all() and not seen[scene._selection == 1, 0].any()
 
 
 @pytest.mark.parametrize(("motion", "wall_x"), [("rigid_body", 9.5), ("kinematic", 10.0)])

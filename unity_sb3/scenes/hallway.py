@@ -131,7 +131,7 @@ def cast_rays(
     :param objects: ``(m, k, 3)`` discs the rays can hit: centre x, centre z, radius (radius <= 0 = absent).
     :param tags: ``(k,)`` tag index of each disc.
     :param boxes: ``(m, b, 4)`` axis-aligned boxes: centre x, centre z, half width (x), half depth (z).
-    :param box_tags: ``(b,)`` tag index of each box.
+    :param box_tags: ``(b,)`` tag index of each box, or ``(m, b)``: each agent's own.
     :param walls: where the walls' inner faces stand: x = +-``walls[0]``, z = +-``walls[1]``.
     """
     m = len(pos)
@@ -157,8 +157,10 @@ def cast_rays(
         hit = (radius[:, None] > 0) & (inside >= 0) & (hit_at > 0) & (hit_at < dist)
         dist = np.where(hit, hit_at, dist)
         tag = np.where(hit, kind, tag)
-    for j, kind in enumerate([] if box_tags is None else box_tags):
+    per_box = None if box_tags is None else np.atleast_2d(box_tags).T  # (b, 1) or (b, m)
+    for j, kind in enumerate([] if per_box is None else per_box):  # kind: (1,) or (m,)
         assert boxes is not None
+        kind = kind[:, None]
         low = (boxes[:, j, :2] - boxes[:, j, 2:] - RAY_RADIUS - pos)[:, None, :]  # (m, 1, 2)
         high = (boxes[:, j, :2] + boxes[:, j, 2:] + RAY_RADIUS - pos)[:, None, :]
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -425,14 +427,9 @@ class Hallway(GridScene):
         step fraction ``(m, 1)``."""
         discs, disc_tags, boxes, box_tags = self._objects(idx)
         walls = (WALL_X, WALL_Z) if self._rigid else (HALF_WIDTH, HALF_LENGTH)
-        tagged_x = box_tags.copy()
-        tagged_x[-1] = SYMBOL_X
-        # the shown symbol's tag depends on the selection: cast once per tag, keep the right one
-        rays_o, rays_x = (
-            cast_rays(self._pos[idx], self._yaw[idx], discs, disc_tags, boxes, tags, walls)
-            for tags in (box_tags, tagged_x)
-        )
-        rays = np.where((self._selection[idx] == 0)[:, None], rays_o, rays_x)
+        tags = np.repeat(box_tags[None, :], idx.size, axis=0)
+        tags[:, -1] = np.where(self._selection[idx] == 0, SYMBOL_O, SYMBOL_X)  # the shown symbol's tag
+        rays = cast_rays(self._pos[idx], self._yaw[idx], discs, disc_tags, boxes, tags, walls)
         steps = self._step_count[idx] / self.max_steps if self.max_steps > 0 else np.zeros(idx.size)
         return [rays, steps.astype(np.float32)[:, None]]
 
