@@ -137,7 +137,7 @@ def _rows_of_units(critic, sizes, seed=0):
     own_actions = th.empty(len(units), n_actions)
     positions = th.full((len(units), max(sizes) - 1), -1, dtype=th.int64)
     start = 0
-    for size in sizes:  # the unit's rows are start .. start + size - 1, member k's row first at k
+    for size in sizes:  # the unit's members have rows start .. start + size - 1, member k at start + k
         for own in range(size):
             others = [start + k for k in range(size) if k != own]
             positions[start + own, : size - 1] = th.tensor(others, dtype=th.int64)
