@@ -1,9 +1,10 @@
 """Hallway: ML-Agents' Hallway example (``HallwayAgent``), a memory task.
 
 A hallway runs along ``+z``. At each episode start ``HallwayAgent.OnEpisodeBegin`` shows one of two
-symbols near the middle of the hallway, an orange block (``symbol_O``, selection 0) or a green
-cylinder (``symbol_X``, selection 1), and puts the two goals, ``symbol_O_Goal`` and
-``symbol_X_Goal``, at the far end on random sides (x = +7 / -7, z = 22.29). The agent starts
+symbols near the middle of the hallway, ``symbol_O`` (selection 0) or ``symbol_X`` (selection 1):
+in the prefab two 4 x 4 x 1 blocks of one material, which the rays tell apart by their tags. It puts
+the two goals, ``symbol_O_Goal`` and ``symbol_X_Goal``, at the far end on random sides (x = +7 / -7,
+z = 22.29). The agent starts
 behind the symbol (z = -15 +- 5, x +- 3, random heading) and must touch the goal that matches the
 symbol: +1 (``SetReward(1f)``) for the right goal, -0.1 for the wrong one, the episode ends either
 way; every academy step costs ``-1 / max_steps`` (``AddReward(-1f / MaxStep)`` in
