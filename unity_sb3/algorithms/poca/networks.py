@@ -163,9 +163,13 @@ class GroupCriticBody(nn.Module):
         (batch, 1); updates the largest count seen."""
         count = mask.sum(dim=1, keepdim=True).to(entities.dtype)
         if count.numel() > 0:
-            with th.no_grad():
-                self.max_entities.copy_(th.maximum(self.max_entities, count.max()))
+            self._raise_max_entities(count.max())
         return self.attention(entities, mask), count
+
+    def _raise_max_entities(self, largest: th.Tensor) -> None:
+        """Raise the largest member count seen (it scales the count input) to ``largest`` (a scalar)."""
+        with th.no_grad():
+            self.max_entities.copy_(th.maximum(self.max_entities, largest.to(self.max_entities.dtype)))
 
     def read_out(self, encoding: th.Tensor, count: th.Tensor) -> th.Tensor:
         """The head's scalar (batch,) from an encoding and the member count (scaled by the largest seen)."""
@@ -294,11 +298,11 @@ class GroupCriticBody(nn.Module):
         )
         present = th.cat([mate_positions[value_rows], mate_positions]) >= 0
         sizes = 1 + present.sum(dim=1)
-        with th.no_grad():
-            self.max_entities.copy_(th.maximum(self.max_entities, sizes.max().to(self.max_entities.dtype)))
-        if bool(present.all()) or not self.split_by_size:  # one pass, padding masked if any
+        self._raise_max_entities(sizes.max())
+        all_present = bool(present.all())
+        if all_present or not self.split_by_size:  # one pass, padding masked if any
             mask = None
-            if not bool(present.all()):
+            if not all_present:
                 mask = th.cat(
                     [th.ones((len(index), 1), dtype=th.bool, device=present.device), present], dim=1
                 )
@@ -341,8 +345,7 @@ class GroupCriticBody(nn.Module):
         whole batch, as one pass over it would. With ``value_rows`` V comes back for those rows
         only, in their order.
         """
-        with th.no_grad():
-            self.max_entities.copy_(th.maximum(self.max_entities, sizes.max().to(self.max_entities.dtype)))
+        self._raise_max_entities(sizes.max())
         computes_value = None
         if value_rows is not None:
             computes_value = th.zeros(sizes.shape[0], dtype=th.bool, device=sizes.device)
