@@ -14,6 +14,7 @@ from unity_sb3.algorithms.poca.group_steps import (
     group_mates,
     group_step_units,
     rows_in_batch,
+    runs_cut_near,
     shared_values,
     unit_order,
 )
@@ -54,6 +55,15 @@ def test_groupmates_from_before_the_rollout_keep_each_row_to_itself():
     # slot 1 decided only before the rollout; slots 0 and 2 decide at step 0 with it as a mate
     units = _units([[1, 0, 1]], [[3, 3, 3]], waiting_keys=[0, 3, 0], waiting_alive=[0, 1, 0])
     assert units[0, 0] != units[0, 2]
+
+
+def test_runs_cut_near_cuts_at_the_first_run_start_at_or_after_each_multiple():
+    keys = np.array([0, 0, 0, 1, 1, 2, 3, 3, 3, 3])  # runs start at 0, 3, 5, 6
+    assert runs_cut_near(keys, 2).tolist() == [3, 5, 6]  # multiples 2, 4, 6, 8
+    assert runs_cut_near(keys, 3).tolist() == [3, 6]  # 3 is a start; after 6 no start is left
+    assert runs_cut_near(keys, 1).tolist() == [3, 5, 6]
+    assert runs_cut_near(keys, 10).tolist() == []
+    assert runs_cut_near(keys[:0], 4).tolist() == []
 
 
 @pytest.mark.parametrize("batch_size", [1, 4, 7, 64])
@@ -261,3 +271,34 @@ def test_training_minibatches_hold_whole_groups_and_their_shared_values(action):
             th.testing.assert_close(shared_b, baselines)
             shared_somewhere |= batch.shared_values is not None
     assert shared_somewhere
+
+
+@pytest.mark.parametrize("batch_size", [4, 7])
+def test_rollout_critic_passes_hold_whole_steps_and_take_groupmates_from_their_rows(batch_size):
+    """``finalize``'s critic passes end with a whole step (groups of three, passes of ~``batch_size``
+    rows), so each pass with no groupmate from before the rollout computes from the rows; the values
+    and baselines equal one pass over every row."""
+    model = POCA("MlpPolicy", SacrificeVecEnv("discrete", n_instances=3), **SMALL).learn(48)
+    buffer, policy = model.rollout_buffer, model.policy
+    rows = np.nonzero(buffer.active)[0]
+    with th.no_grad():
+        buffer._compute_values_and_baselines(policy, rows.size)
+    want_v, want_b = buffer.values.copy(), buffer.baselines.copy()
+    passes = []
+    original = policy.predict_values_and_baselines
+
+    def spy(observations, *args):
+        passes.append((len(observations), args[-1] is not None))
+        return original(observations, *args)
+
+    policy.predict_values_and_baselines = spy
+    with th.no_grad():
+        buffer._compute_values_and_baselines(policy, batch_size)
+    sizes = np.array([size for size, _ in passes])
+    ends = np.cumsum(sizes)
+    assert ends[-1] == rows.size and len(passes) > 1
+    assert np.all(rows[ends[:-1]] != rows[ends[:-1] - 1])  # every cut between two steps
+    assert np.all(sizes < batch_size + buffer.active.sum(axis=1).max())  # ends at the next step's end
+    assert sum(from_rows for _, from_rows in passes[1:]) == len(passes) - 1  # only the first may hold earlier mates
+    np.testing.assert_allclose(buffer.values, want_v, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(buffer.baselines, want_b, rtol=1e-5, atol=1e-6)

@@ -52,6 +52,7 @@ from unity_sb3.algorithms.poca.group_steps import (
     group_mates,
     group_step_units,
     rows_in_batch,
+    runs_cut_near,
     shared_values,
     unit_order,
 )
@@ -579,13 +580,14 @@ class POCARolloutBuffer(RolloutBuffer):
     # ------------------------------------------------ critic passes (a memory variant's hooks)
 
     def _compute_values_and_baselines(self, policy: Any, batch_size: int) -> None:
-        """Fill ``values`` and ``baselines`` at the active rows, ``batch_size`` rows per critic pass
-        (V once per group-step unit)."""
+        """Fill ``values`` and ``baselines`` at the active rows, about ``batch_size`` rows per critic
+        pass (V once per group-step unit). A pass ends with a whole step, so that it holds every row's
+        groupmates that decide with it and the critic projects each agent once."""
         m = self.n_envs
         self.units = group_step_units(self.mates, self.mate_rows, self.active)
-        rows, cols = np.nonzero(self.active)
-        for start in range(0, rows.size, batch_size):
-            r, c = rows[start : start + batch_size], cols[start : start + batch_size]
+        rows, cols = np.nonzero(self.active)  # in step order
+        for part in np.split(np.arange(rows.size), runs_cut_near(rows, batch_size)):
+            r, c = rows[part], cols[part]
             sample = self._gather(r * m + c)
             values, baselines = policy.predict_values_and_baselines(
                 sample.observations,

@@ -104,11 +104,21 @@ def unit_order(units: np.ndarray, batch_size: int) -> list[np.ndarray]:
     """
     rank = np.random.permutation(int(units.max()) + 1)  # a random rank per unit
     order = np.argsort(rank[units], kind="stable")
-    grouped = units[order]
-    starts = np.r_[np.flatnonzero(np.r_[True, grouped[1:] != grouped[:-1]]), order.size]
-    # each cut at the first unit start at or after a multiple of batch_size
-    cuts = np.unique(starts[np.searchsorted(starts, np.arange(batch_size, order.size, batch_size))])
-    return np.split(order, cuts[cuts < order.size])
+    return np.split(order, runs_cut_near(units[order], batch_size))
+
+
+def runs_cut_near(keys: np.ndarray, batch_size: int) -> np.ndarray:
+    """Where to cut a sequence into chunks of about ``batch_size`` without splitting a run of equal
+    keys: at the first run start at or after each multiple of ``batch_size``.
+
+    :param keys: shape (n,), equal keys next to each other (a unit's rows, a step's rows).
+    :param batch_size: positions per chunk before rounding up to the end of a run.
+    :return: the cut positions for ``np.split``, increasing, each in (0, n).
+    """
+    n = keys.size
+    starts = np.r_[np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]]), n]
+    cuts = np.unique(starts[np.searchsorted(starts, np.arange(batch_size, n, batch_size))])
+    return cuts[cuts < n]
 
 
 def shared_values(units: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
