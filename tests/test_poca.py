@@ -245,11 +245,35 @@ def test_linear_schedules_decay_to_ml_agents_floors():
         (dict(schedule="cosine"), "schedule"),
         (dict(batch_size=0), "batch_size"),
         (dict(clip_range=-1.0), "clip"),
+        (dict(time_horizon=0), "time_horizon must be a whole number"),
+        (dict(time_horizon=2.5), "time_horizon must be a whole number"),
     ],
 )
 def test_bad_arguments_raise_clear_errors(kwargs, match):
     with pytest.raises(ValueError, match=match):
         POCA("MlpPolicy", SacrificeVecEnv(), **kwargs)
+
+
+def test_time_horizon_cuts_every_n_decisions_of_an_agents_episode_across_rollouts():
+    """``chunk_ends`` marks every ``time_horizon``-th decision since the episode started or the last
+    cut, counting decisions only (not placeholder steps), across rollout boundaries, never at an
+    episode's end; the returns then stop there (tests/test_poca_buffers.py)."""
+    horizon = 3
+    model = POCA("MlpPolicy", SacrificeVecEnv(n_instances=2, horizon=7), time_horizon=horizon, **SMALL)
+    env = model.env
+    counts = np.zeros(env.num_envs, dtype=int)
+    marked = 0
+    for _ in range(3):  # three rollouts of 16 steps, one learn() each, the counts carried over
+        model.learn(16 * env.num_envs, reset_num_timesteps=False)
+        buffer = model.rollout_buffer
+        for t in range(buffer.buffer_size):
+            counts += buffer.active[t]
+            want = buffer.active[t] & (counts >= horizon) & ~buffer.dones[t]
+            np.testing.assert_array_equal(buffer.chunk_ends[t], want)
+            counts[want | buffer.dones[t]] = 0
+            marked += want.sum()
+    assert marked > 0
+    assert POCA("MlpPolicy", SacrificeVecEnv(), **SMALL).learn(16).rollout_buffer.chunk_ends.sum() == 0
 
 
 def test_callbacks_logger_and_tensorboard(tmp_path):

@@ -25,6 +25,7 @@ def _returns(
     gamma=0.9,
     lam=1.0,
     share=True,
+    chunk_ends=None,
 ):
     rewards = np.asarray(rewards, dtype=np.float32)
     shape = rewards.shape
@@ -45,6 +46,7 @@ def _returns(
         gamma,
         lam,
         share,
+        None if chunk_ends is None else np.asarray(chunk_ends, dtype=bool),
     )
 
 
@@ -58,6 +60,59 @@ def test_single_agent_episode_td_lambda(lam, expected):
         [[1.0], [0.0], [2.0]], [[1], [1], [1]], [[0], [0], [1]], [[-1]] * 3, [[1.0], [2.0], [3.0]], lam=lam
     )
     np.testing.assert_allclose(returns[:, 0], expected, rtol=1e-6)
+
+
+def _lambda_return(rewards, values, value_next, gamma, lam):
+    """ML-Agents' ``lambda_return`` over one trajectory (trainers/trainer/trainer_utils.py)."""
+    returns = np.zeros(len(rewards))
+    returns[-1] = rewards[-1] + gamma * value_next
+    for t in reversed(range(len(rewards) - 1)):
+        returns[t] = gamma * lam * returns[t + 1] + rewards[t] + (1 - lam) * gamma * values[t + 1]
+    return returns
+
+
+@pytest.mark.parametrize("lam", [1.0, 0.5])
+def test_time_horizon_cut_ends_the_returns_as_ml_agents_trajectories(lam):
+    """A decision that ends a ``time_horizon`` trajectory bootstraps from V at the next decision;
+    each piece's returns are ML-Agents' ``lambda_return`` of that trajectory alone."""
+    rewards = np.array([1.0, 0.5, -1.0, 2.0, 0.0, 1.0])
+    values = np.array([0.3, 0.1, 0.7, 0.4, 0.9, 0.2])
+    cut = np.zeros(6, bool)
+    cut[2] = True
+    returns, _ = _returns(
+        rewards[:, None], np.ones((6, 1)), np.zeros((6, 1)), np.full((6, 1), -1), values[:, None],
+        last_values=[0.6], last_active=[True], last_keys=[-1], lam=lam, chunk_ends=cut[:, None],
+    )  # fmt: skip
+    expected = np.r_[
+        _lambda_return(rewards[:3], values[:3], values[3], 0.9, lam),
+        _lambda_return(rewards[3:], values[3:], 0.6, 0.9, lam),
+    ]
+    np.testing.assert_allclose(returns[:, 0], expected, rtol=1e-6)
+    uncut, _ = _returns(
+        rewards[:, None], np.ones((6, 1)), np.zeros((6, 1)), np.full((6, 1), -1), values[:, None],
+        last_values=[0.6], last_active=[True], last_keys=[-1], lam=lam,
+    )  # fmt: skip
+    np.testing.assert_allclose(uncut[:, 0], _lambda_return(rewards, values, 0.6, 0.9, lam), rtol=1e-6)
+
+
+def test_time_horizon_cut_leaves_dead_agents_and_inactive_rows_alone():
+    """A cut marked on a decision whose agent then died (posthumous credit), or on a placeholder
+    row, changes nothing: only a living agent's trajectory is cut."""
+    kwargs = dict(
+        rewards=[[0.0, 0.0], [0.0, 0.0], [0.0, 0.0]],
+        group_rewards=[[0.0, 0.0], [0.0, 0.0], [0.0, 1.0]],
+        active=[[1, 1], [0, 1], [0, 1]],
+        dones=[[1, 0], [0, 0], [0, 1]],
+        keys=[[7, 7], [7, 7], [7, 7]],
+        values=[[0.5, 0.5], [0.0, 0.2], [0.0, 0.4]],
+        lam=0.5,
+    )
+    want, _ = _returns(**kwargs)
+    got, _ = _returns(**kwargs, chunk_ends=[[1, 0], [1, 0], [0, 0]])
+    np.testing.assert_allclose(got, want)
+    cut, _ = _returns(**kwargs, chunk_ends=[[0, 0], [0, 1], [0, 0]])  # the living agent's cut at t=1
+    assert cut[1, 1] == pytest.approx(0.9 * 0.4) and cut[2, 1] == pytest.approx(1.0)
+    assert cut[1, 1] != pytest.approx(want[1, 1])
 
 
 def test_rollout_end_bootstraps_from_last_group_value():

@@ -481,22 +481,19 @@ def _map_time_horizon(m: _Mapper, settings: Mapping[str, Any]) -> None:
         _number(settings.get("time_horizon", TIME_HORIZON_DEFAULT), "time_horizon", 1, integer=True)
     )
     value = horizon if given else f"{horizon} (ML-Agents' default)"
-    if m.run.algo in ("ppo", "ppo_memory"):
-        m.run.hyperparams["time_horizon"] = horizon
-        m.row(
-            "time_horizon",
-            value,
-            f"time_horizon={horizon}",
-            "unity_sb3.PPO ends a GAE chunk every time_horizon steps of an agent and bootstraps there",
-        )
-    elif m.run.algo == "sac":
+    if m.run.algo == "sac":
         m.row(
             "time_horizon",
             value,
             "(no setting needed)",
             "SAC learns from whole transitions in both; ML-Agents only hands them over in chunks",
         )
-    elif given:
-        m.ignore(
-            "time_horizon", horizon, "POCA's returns run to the rollout's end (n_steps) or the episode's end"
-        )
+        return
+    m.run.hyperparams["time_horizon"] = horizon
+    what = "PPO ends a GAE chunk" if m.run.algo.startswith("ppo") else "POCA ends its TD(lambda) returns"
+    m.row(
+        "time_horizon",
+        value,
+        f"time_horizon={horizon}",
+        f"unity_sb3.{what} every time_horizon steps of an agent and bootstraps there",
+    )

@@ -19,6 +19,10 @@ Targets follow ML-Agents' ``poca`` trainer, computed over the whole rollout at o
 - only the end of the whole group episode zeroes the bootstrap; if that end is a truncation
   (``TimeLimit.truncated``) the target bootstraps from V of the group's terminal observations;
 - at the end of the rollout, the bootstrap is V of the group at the next observation;
+- with ``time_horizon`` (ML-Agents' trajectory length), a decision that ends a trajectory while its
+  agent lives on (``chunk_ends``, :func:`~unity_sb3.algorithms.advantages.horizon_cuts`) takes
+  ``G_next = V_next``: ``R_t + gamma * V_next``, as ML-Agents' ``lambda_return`` ends each trajectory
+  it is handed;
 - rewards that arrive on inactive steps (an agent between two decisions) belong to the agent's
   previous decision; the discount is applied per decision, as ML-Agents does.
 
@@ -126,6 +130,7 @@ def compute_poca_returns(
     gamma: float,
     gae_lambda: float,
     share_rewards: bool = True,
+    chunk_ends: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """TD(lambda) returns with group bootstrapping and posthumous credit (module docstring).
 
@@ -147,6 +152,8 @@ def compute_poca_returns(
     :param gamma: discount per decision.
     :param gae_lambda: lambda of TD(lambda).
     :param share_rewards: add groupmates' individual rewards (ML-Agents' POCA does).
+    :param chunk_ends: True at the decisions that end a ``time_horizon`` trajectory: their return
+        bootstraps from V at the agent's next decision without looking past it. None: no cuts.
     :return: ``(returns, team_rewards)``, both (n_steps, n_envs); ``team_rewards[t, i]`` is
         the reward credited to the decision at row t (0 on inactive rows).
     """
@@ -224,6 +231,8 @@ def compute_poca_returns(
         waiting[bootstrap], values[act_rows[bootstrap], act_cols[bootstrap]], last_values[act_cols[bootstrap]]
     )
     act_g_next = act_v_next.copy()  # inside rows take G of the next decision in the loop
+    if chunk_ends is not None:  # ... unless a trajectory ends there: then G_next stays V_next
+        act_inside &= ~np.asarray(chunk_ends, dtype=bool)[act_rows, act_cols]
     row_start = np.searchsorted(act_rows, np.arange(n_steps + 1))
     for t in reversed(range(n_steps)):
         a, b = row_start[t], row_start[t + 1]
@@ -314,6 +323,7 @@ class POCARolloutBuffer(RolloutBuffer):
         self.terminal_values = np.zeros((n, m), dtype=np.float32)
         self.dones = np.zeros((n, m), dtype=bool)
         self.truncated = np.zeros((n, m), dtype=bool)
+        self.chunk_ends = np.zeros((n, m), dtype=bool)
         self.active = np.zeros((n, m), dtype=bool)
         self.group_keys = np.zeros((n, m), dtype=np.int64)
         self.action_masks = np.ones((n, m, self.mask_dim), dtype=bool)
@@ -396,6 +406,7 @@ class POCARolloutBuffer(RolloutBuffer):
         episode_starts: np.ndarray | None = None,
         action_masks: np.ndarray | None = None,
         terminal_observations: dict[int, Any] | None = None,
+        chunk_ends: np.ndarray | None = None,
     ) -> None:
         """Store one step of all slots (see the module docstring for the row convention).
 
@@ -411,6 +422,7 @@ class POCARolloutBuffer(RolloutBuffer):
         :param episode_starts: (n_envs,) for SB3 compatibility.
         :param action_masks: (n_envs, sum of branches) True = allowed, or None.
         :param terminal_observations: slot -> terminal observation, for slots done this step.
+        :param chunk_ends: (n_envs,) bool, the decision ends a ``time_horizon`` trajectory (None: none does).
         """
         pos = self.pos
         if isinstance(self.observations, dict):
@@ -426,6 +438,7 @@ class POCARolloutBuffer(RolloutBuffer):
         self.truncated[pos] = np.asarray(truncated, dtype=bool) & np.asarray(dones, dtype=bool)
         self.active[pos] = active
         self.group_keys[pos] = group_keys
+        self.chunk_ends[pos] = False if chunk_ends is None else chunk_ends
         if episode_starts is not None:
             self.episode_starts[pos] = episode_starts
         if action_masks is not None and self.mask_dim:
@@ -516,6 +529,7 @@ class POCARolloutBuffer(RolloutBuffer):
             self.gamma,
             self.gae_lambda,
             self.share_rewards,
+            self.chunk_ends,
         )
         self.advantages = np.where(self.active, self.returns - self.baselines, 0.0).astype(np.float32)
         if self.normalize_advantage:

@@ -46,6 +46,7 @@ from stable_baselines3.common.vec_env import VecEnv, VecEnvWrapper, VecNormalize
 from torch.nn import functional as F
 
 from unity_sb3.algorithms.action_masks import MaskReader, mask_reader
+from unity_sb3.algorithms.advantages import check_time_horizon, horizon_cuts
 from unity_sb3.algorithms.distributions import hybrid_env_actions
 from unity_sb3.algorithms.poca.buffers import POCARolloutBuffer
 from unity_sb3.algorithms.poca.networks import GroupCriticBody
@@ -118,6 +119,10 @@ class POCA(OnPolicyAlgorithm):
     :param share_rewards: each agent's reward includes its groupmates' individual rewards
         (ML-Agents' POCA does this); the group reward is always added.
     :param use_masking: use the env's action masks when it has them (discrete actions).
+    :param time_horizon: ML-Agents' trajectory length, in decisions of one agent: every
+        ``time_horizon`` decisions of an agent's episode end a trajectory, whose last return
+        bootstraps from V at the agent's next decision (:mod:`.buffers`). ``None`` (default): returns
+        run on to the episode's or the rollout's end.
     :param target_kl: stop an update's epochs early when the approximate KL exceeds it.
     :param stats_window_size: episodes averaged in the rollout logs.
     :param tensorboard_log: TensorBoard log directory (None: no TensorBoard).
@@ -157,6 +162,7 @@ class POCA(OnPolicyAlgorithm):
         schedule: str = "linear",
         share_rewards: bool = True,
         use_masking: bool = True,
+        time_horizon: int | None = None,
         target_kl: float | None = None,
         stats_window_size: int = 100,
         tensorboard_log: str | None = None,
@@ -205,6 +211,8 @@ class POCA(OnPolicyAlgorithm):
         self.schedule = schedule
         self.share_rewards = share_rewards
         self.use_masking = use_masking
+        self.time_horizon = check_time_horizon(time_horizon)
+        self._chunk_steps = np.zeros(0, dtype=np.int64)  # decisions per slot in its current trajectory
         self.target_kl = target_kl
         self._last_infos: list[dict[str, Any]] | None = None
         self._group_codes: dict[tuple[Any, Any], int] = {}
@@ -332,6 +340,8 @@ class POCA(OnPolicyAlgorithm):
         if must_reset or self._last_infos is None:
             self._last_infos = reset_infos_of(self.env)
             self.rollout_buffer.forget_waiting_mates()
+        if must_reset or len(self._chunk_steps) != self.env.num_envs:
+            self._chunk_steps = np.zeros(self.env.num_envs, dtype=np.int64)
         self._slot_instances = self._find_slot_instances(self.env)  # type: ignore[arg-type]
         mark_inactive_aware(self.env)  # POCA never trains on placeholder steps
         return result
@@ -414,6 +424,7 @@ class POCA(OnPolicyAlgorithm):
                 episode_starts=self._last_episode_starts,
                 action_masks=action_masks,
                 terminal_observations=terminal,
+                chunk_ends=horizon_cuts(self._chunk_steps, active, dones, self.time_horizon),
             )
             self._last_obs = new_obs  # type: ignore[assignment]
             self._last_episode_starts = dones

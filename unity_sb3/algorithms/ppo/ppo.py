@@ -82,6 +82,7 @@ from stable_baselines3.common.type_aliases import Schedule
 from stable_baselines3.common.utils import explained_variance
 from torch import nn
 
+from unity_sb3.algorithms.advantages import check_time_horizon
 from unity_sb3.algorithms.distributions import HybridDistribution, flat_action_space, is_hybrid_space
 from unity_sb3.algorithms.mixin import SignalsAndBCMixin, log_stats
 from unity_sb3.algorithms.ppo.buffers import SignalRolloutBuffer, SignalRolloutBufferSamples
@@ -187,13 +188,7 @@ class PPO(SignalsAndBCMixin, SignalRolloutsMixin, SB3PPO, _OpenActionSpaces):
         time_horizon: int | None = None,
         **kwargs: Any,
     ) -> None:
-        if time_horizon is not None and (
-            isinstance(time_horizon, bool) or not isinstance(time_horizon, int) or time_horizon < 1
-        ):
-            raise RewardSignalConfigError(
-                f"time_horizon must be a whole number of agent steps >= 1 (or None), got {time_horizon!r}."
-            )
-        self.time_horizon = time_horizon
+        self.time_horizon = check_time_horizon(time_horizon, RewardSignalConfigError)
         if kwargs.get("normalize_advantage", True) not in (True, False, "buffer"):
             raise RewardSignalConfigError(
                 "normalize_advantage must be True (per minibatch, SB3), 'buffer' (once per update over the "

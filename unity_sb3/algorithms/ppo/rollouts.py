@@ -20,6 +20,7 @@ from stable_baselines3.common.utils import obs_as_tensor
 from stable_baselines3.common.vec_env import VecEnv
 
 from unity_sb3.algorithms.action_masks import mask_reader
+from unity_sb3.algorithms.advantages import horizon_cuts
 from unity_sb3.algorithms.distributions import hybrid_env_actions, is_hybrid_space
 from unity_sb3.algorithms.ppo.buffers import (
     REWARD_CHUNK,
@@ -179,14 +180,7 @@ class SignalRolloutsMixin:
     def _chunk_ends(self, dones: np.ndarray) -> np.ndarray | None:
         """Which slots' active step ends a ``time_horizon`` chunk: every ``time_horizon`` active steps
         since the episode started (or since the last chunk ended), as ML-Agents cuts trajectories."""
-        horizon = getattr(self, "time_horizon", None)
-        if horizon is None:
-            return None
-        counts = self._chunk_steps + self._last_active
-        ends = self._last_active & (counts >= horizon) & ~dones
-        counts[ends | dones] = 0
-        self._chunk_steps = counts
-        return ends
+        return horizon_cuts(self._chunk_steps, self._last_active, dones, getattr(self, "time_horizon", None))
 
     def _fix_pending_next_obs(
         self,
