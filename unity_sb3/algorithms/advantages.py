@@ -46,8 +46,8 @@ def horizon_cuts(
     """
     if time_horizon is None:
         return None
-    dones = np.asarray(dones, dtype=bool)
-    counts += np.asarray(active, dtype=bool)
+    active, dones = np.asarray(active, dtype=bool), np.asarray(dones, dtype=bool)
+    counts += active
     ends = active & (counts >= time_horizon) & ~dones
     counts[ends | dones] = 0
     return ends
