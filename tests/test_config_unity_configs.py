@@ -174,6 +174,7 @@ def test_demo_path_override_replaces_every_demo(tmp_path: Path) -> None:
         ("sac/FoodCollector.yaml", "GridWorld", "sac"),
         ("sac/Hallway.yaml", "Basic", "sac"),  # memory: SAC's MlpLstmPolicy
         ("sac/WallJump.yaml", "Basic", "sac"),  # BigWallJump, with ML-Agents' output_path key
+        ("poca/DungeonEscape.yaml", "Escape", "poca"),  # groups; time_horizon cuts the returns
     ],
 )
 def test_unity_config_trains_unchanged_on_the_embedded_scene(
@@ -203,6 +204,8 @@ def test_unity_config_trains_unchanged_on_the_embedded_scene(
         args[args.index(str(CONFIGS / name))] = str(tmp_path / "one.yaml")
     assert main(args) == 0
     model = algorithm_class(algo).load(tmp_path / "run" / "model.zip")
+    if algo == "poca":
+        assert model.time_horizon == data["behaviors"][next(iter(data["behaviors"]))]["time_horizon"]
     if scene == "GridWorld":
         assert "goal signals GoalSensor condition" in capsys.readouterr().out
         # SAC's actor and critics have extractors of their own
