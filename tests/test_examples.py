@@ -39,7 +39,7 @@ def run_script(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
 
 def test_every_example_is_listed_in_the_readme():
     readme = (EXAMPLES / "README.md").read_text()
-    assert len(SCRIPTS) == 9
+    assert len(SCRIPTS) == 10
     for name in SCRIPTS:
         assert f"python examples/{name}.py" in readme, name
 
@@ -127,6 +127,24 @@ def test_bc_then_ppo_with_a_unity_recording(demo_dir, tmp_path, capsys):
     )
     assert "3DBallLearning" in capsys.readouterr().out
     assert len(scores) == 3 and (tmp_path / "b.zip").is_file()
+
+
+def test_hallway_imitation_records_the_expert_and_trains_with_memory_gail_and_bc(tmp_path, capsys):
+    demo = tmp_path / "ExpertHallway.demo"
+    result = load("hallway_imitation").main(
+        [
+            *("--record-to", str(demo), "--demo-episodes", "3", "--timesteps", "1024"),
+            *("--eval-episodes", "8", "--save-path", str(tmp_path / "h")),
+        ]
+    )
+    out = capsys.readouterr().out
+    assert demo.is_file() and "agent episodes: 3 (3 terminal" in out
+    assert 0.0 <= result["success"] <= 1.0 and "trained policy: success" in out
+    from unity_sb3 import RecurrentPPO
+
+    model = RecurrentPPO.load(tmp_path / "h.zip")
+    assert set(model.reward_signals) == {"extrinsic", "gail"} and model.behavioral_cloning is not None
+    assert model.policy.memory_size == 256 and model.time_horizon == 64
 
 
 def test_connect_unity_build_missing_build_fails_clearly(tmp_path):
