@@ -128,6 +128,30 @@ def test_sequences_never_cross_an_episode_and_restart_at_each(starts, sequence_l
 
 
 @pytest.mark.parametrize(
+    ("starts", "cuts", "sequence_length", "expected"),
+    [
+        ([], [2], 4, [[0, 1, 2], [3, 4, 5, 6], [7, 8, 9]]),  # a cut at 2: the next step begins one
+        ([], [3, 7], 4, [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]),  # cuts every 4 = the plain cut
+        ([5], [4], 8, [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9]]),  # a cut just before an episode start: one boundary
+        ([], [9], 4, [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]),  # a cut at the last step: nothing after it
+        ([6], [1], 3, [[0, 1], [2, 3, 4], [5], [6, 7, 8], [9]]),
+    ],
+    ids=str,
+)
+def test_sequences_restart_after_each_time_horizon_cut(starts, cuts, sequence_length, expected) -> None:
+    """ML-Agents cuts each trajectory (ended by an episode end or every ``time_horizon`` decisions)
+    into sequences from its first step: a sequence never crosses a cut either."""
+    steps = np.arange(10) * 2
+    flags, cut = np.zeros(10, dtype=bool), np.zeros(10, dtype=bool)
+    flags[starts], cut[cuts] = True, True
+    chunks = episode_sequences(steps, flags, sequence_length, cut)
+    assert [list(chunk) for chunk in chunks] == [[2 * k for k in chunk] for chunk in expected]
+    assert [list(c) for c in episode_sequences(steps, flags, sequence_length, np.zeros(10, bool))] == [
+        list(c) for c in episode_sequences(steps, flags, sequence_length)
+    ]
+
+
+@pytest.mark.parametrize(
     "lengths",
     [[64] * 16, [3] * 50 + [64] * 4, list(range(1, 65)), [200]],
     ids=["full", "short", "mixed", "one"],

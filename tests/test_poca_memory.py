@@ -121,6 +121,27 @@ def test_training_sequences_start_at_episode_starts_and_never_cross_one():
     assert min(lengths) < 6  # episodes of the scene end between cuts: a fixed cut would give 6s
 
 
+def test_training_sequences_restart_after_each_time_horizon_cut():
+    """With ``time_horizon``, ML-Agents' trajectories also end every ``time_horizon`` decisions: no
+    sequence crosses such a cut, the decision after one begins a sequence, and the sequences still
+    replay collection (the one after a cut unrolls from the stored memory: the episode goes on)."""
+    model = _model(sequence_length=6)
+    model.time_horizon = 2
+    _collect(model)
+    buffer = model.rollout_buffer
+    cuts = buffer.chunk_ends.reshape(-1)
+    assert cuts.any()
+    chunks = buffer.sequences()
+    assert not any(cuts[chunk[:-1]].any() for chunk in chunks)
+    firsts = {int(chunk[0]) for chunk in chunks}
+    for row, slot in zip(*np.nonzero(buffer.chunk_ends)):
+        later = np.flatnonzero(buffer.active[row + 1 :, slot])
+        if later.size:
+            assert (row + 1 + later[0]) * buffer.n_envs + slot in firsts
+    assert max(len(chunk) for chunk in chunks) <= 2
+    assert _replay(model) == int(buffer.active.sum())
+
+
 def test_critic_memories_are_carried_across_rollouts_and_reset_at_episode_starts():
     model = _model(sequence_length=16)
     first, second = _collect(model, rollouts=2)

@@ -92,13 +92,49 @@ def test_training_sequences_start_at_episode_starts_and_never_cross_one(length: 
     assert mask.sum(axis=1).tolist() == per_slot * 2
 
 
+def test_training_sequences_restart_after_each_time_horizon_cut() -> None:
+    """ML-Agents hands an agent's experience over as a trajectory every ``time_horizon`` decisions and
+    cuts each trajectory into sequences from its first step: a sequence never crosses a cut, and the
+    one after a cut unrolls from the memory stored there (not zeroed: the episode goes on)."""
+    env = make_vec_env(lambda: CueEnv("discrete", length=11), n_envs=2, seed=0)
+    model = RecurrentPPO(
+        "MlpLstmPolicy", env, **{**SMALL, "n_steps": 30, "sequence_length": 4}, time_horizon=3
+    )
+    model.learn(1)
+    buffer = model.rollout_buffer
+    indices, mask = buffer.sequences()
+    starts = buffer.active_episode_starts().reshape(-1)
+    cuts = buffer.chunk_ends.reshape(-1)
+    assert cuts.any()
+    # no cut before a sequence's last step; every step after a cut begins one
+    assert not cuts[indices[:, :-1][mask[:, 1:]]].any()
+    after_cut = np.flatnonzero(cuts) + buffer.n_envs
+    after_cut = after_cut[after_cut < cuts.size]
+    assert set(after_cut.tolist()) <= set(indices[:, 0].tolist())
+    assert starts[indices[:, 1:][mask[:, 1:]]].sum() == 0
+    # 11-step episodes from the reset, cut every 3 decisions: 3 + 3 + 3 + 2, then the rollout's end
+    assert mask.sum(axis=1).tolist() == [3, 3, 3, 2] * 2 + [3, 3, 2] + [3, 3, 3, 2] * 2 + [3, 3, 2]
+
+
 @pytest.mark.parametrize(
-    "make_env", [PhaseVecEnv, lambda: cue_env("discrete", n_envs=3)], ids=["waiting_slot", "episodes"]
+    ("make_env", "time_horizon"),
+    [
+        (PhaseVecEnv, None),
+        (lambda: cue_env("discrete", n_envs=3), None),
+        (lambda: cue_env("discrete", n_envs=3), 2),
+    ],
+    ids=["waiting_slot", "episodes", "time_horizon"],
 )
-def test_sequences_from_stored_memories_replay_what_acting_computed(make_env) -> None:
+def test_sequences_from_stored_memories_replay_what_acting_computed(make_env, time_horizon) -> None:
     """Before any update, unrolling the training sequences gives back the values and log-probabilities
-    stored while acting: the stored memories, episode starts and waiting slots line up with BPTT."""
-    model = RecurrentPPO("MlpLstmPolicy", make_env(), **{**SMALL, "n_steps": 24, "sequence_length": 5})
+    stored while acting: the stored memories, episode starts, waiting slots and ``time_horizon`` cuts
+    line up with BPTT."""
+    model = RecurrentPPO(
+        "MlpLstmPolicy",
+        make_env(),
+        **{**SMALL, "n_steps": 24, "sequence_length": 5},
+        time_horizon=time_horizon,
+    )
     model.learn(1, reset_num_timesteps=True)  # one rollout is collected (and trained on) ...
     model.collect_rollouts(model.env, model._init_callback(None), model.rollout_buffer, model.n_steps)
     buffer = model.rollout_buffer  # ... and this one is fresh: no update since it was collected

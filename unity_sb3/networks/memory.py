@@ -6,8 +6,8 @@ agent: the LSTM's hidden state followed by its cell state, so the LSTM has ``mem
 units. Memories are stored at every step while acting; training cuts each agent's trajectory into
 chunks of ``sequence_length`` steps, each unrolled from the memory stored at its first step
 (truncated back-propagation through time). The on-policy buffers cut as ML-Agents does
-(:func:`episode_sequences`: a sequence never crosses an episode boundary, and a short episode is one
-whole sequence from its first step); :class:`LSTMMemory` also resets the memory where an episode
+(:func:`episode_sequences`: a sequence never crosses an episode boundary or a ``time_horizon`` cut,
+and a short episode is one whole sequence from its first step); :class:`LSTMMemory` also resets the memory where an episode
 starts inside a sequence, so series cut anywhere (SAC's replayed windows) unroll correctly too.
 """
 
@@ -191,18 +191,26 @@ def predict_memories(
     return memories.to(device), starts.reshape(n).to(device)
 
 
-def episode_sequences(steps: np.ndarray, starts: np.ndarray, sequence_length: int) -> list[np.ndarray]:
-    """Cut one slot's steps into training sequences the way ML-Agents does: never across an episode.
+def episode_sequences(
+    steps: np.ndarray, starts: np.ndarray, sequence_length: int, cuts: np.ndarray | None = None
+) -> list[np.ndarray]:
+    """Cut one slot's steps into training sequences the way ML-Agents does: never across a trajectory.
 
-    ML-Agents cuts an agent's experience into trajectories at each episode end (and every
-    ``time_horizon`` steps) and each trajectory into sequences, so every sequence lies within one
+    ML-Agents cuts an agent's experience into trajectories at each episode end and every
+    ``time_horizon`` decisions, and each trajectory into sequences from its first step (the last one
+    padded at its end: ``AgentBuffer.resequence_and_append``), so every sequence lies within one
     episode and an episode shorter than ``sequence_length`` is one whole sequence, from its first
     step, whose gradient reaches back to that step. Here a sequence begins at the slot's first step,
-    at each episode start, and every ``sequence_length`` steps within an episode.
+    at each episode start, after each ``time_horizon`` cut (``cuts``), and every ``sequence_length``
+    steps after one of those. A cut does not zero the memory: the sequence after it unrolls from the
+    memory stored at its first step, as ML-Agents' does.
 
     :param steps: the slot's step indices (any integers), in time order, shape ``(n,)``.
     :param starts: ``(n,)`` bool, true where an episode starts at that step (the memory is zeroed).
     :param sequence_length: most steps per sequence.
+    :param cuts: ``(n,)`` bool, true where the step's decision ends a ``time_horizon`` trajectory
+        (:func:`~unity_sb3.algorithms.advantages.horizon_cuts`): the next step begins a sequence.
+        ``None``: no such cuts.
     :return: consecutive pieces of ``steps``, each at most ``sequence_length`` long.
     """
     n = len(steps)
@@ -210,6 +218,8 @@ def episode_sequences(steps: np.ndarray, starts: np.ndarray, sequence_length: in
         return []
     check_memory_settings(2, sequence_length)
     begins = np.asarray(starts, dtype=bool).copy()
+    if cuts is not None:
+        begins[1:] |= np.asarray(cuts, dtype=bool)[:-1]
     begins[0] = True
     index = np.arange(n)
     episode_first = np.maximum.accumulate(np.where(begins, index, 0))

@@ -186,13 +186,19 @@ class RecurrentPOCARolloutBuffer(POCARolloutBuffer):
 
     def sequences(self) -> list[np.ndarray]:
         """Each slot's active rows cut into chunks of at most ``sequence_length`` steps that never
-        cross an episode boundary (ML-Agents' cut, :func:`~unity_sb3.networks.memory.episode_sequences`),
-        as flat indices ``t * n_envs + i`` in time order."""
+        cross an episode boundary or a ``time_horizon`` cut (``chunk_ends``; ML-Agents' cut,
+        :func:`~unity_sb3.networks.memory.episode_sequences`), as flat indices ``t * n_envs + i`` in time
+        order."""
         flags = self.decision_episode_starts()
         chunks = []
         for slot in range(self.n_envs):
             rows = np.flatnonzero(self.active[:, slot])
-            chunks += episode_sequences(rows * self.n_envs + slot, flags[rows, slot], self.sequence_length)
+            chunks += episode_sequences(
+                rows * self.n_envs + slot,
+                flags[rows, slot],
+                self.sequence_length,
+                self.chunk_ends[rows, slot],
+            )
         return chunks
 
     def get(self, batch_size: int | None = None) -> Generator[RecurrentPOCASamples, None, None]:  # type: ignore[override]

@@ -38,10 +38,10 @@ class RecurrentSignalRolloutBuffer(SignalRolloutBuffer):
     the actor's and critic's memories before the step, and hands out sequences.
 
     Each slot's *active* steps, in time order, are cut into sequences of at most ``sequence_length``
-    that never cross an episode boundary (ML-Agents' cut; padded to ``sequence_length``); a minibatch
-    holds shuffled sequences of about ``batch_size`` real steps in all
-    (:func:`~unity_sb3.networks.memory.sequence_minibatches`). An episode start on a placeholder step
-    carries to the slot's next active step.
+    that never cross an episode boundary or a ``time_horizon`` cut (``chunk_ends``; ML-Agents' cut,
+    padded to ``sequence_length``); a minibatch holds shuffled sequences of about ``batch_size`` real
+    steps in all (:func:`~unity_sb3.networks.memory.sequence_minibatches`). An episode start on a
+    placeholder step carries to the slot's next active step.
 
     :param memory_size: floats per memory.
     :param sequence_length: steps per training sequence.
@@ -79,11 +79,12 @@ class RecurrentSignalRolloutBuffer(SignalRolloutBuffer):
         first step) and the mask of real steps ``(n_seq, L)``."""
         flat_active = self.active.reshape(-1)
         starts = self.active_episode_starts().reshape(-1)
+        cuts = self.chunk_ends.reshape(-1)
         chunks = []
         for env in range(self.n_envs):
             steps = np.arange(env, self.buffer_size * self.n_envs, self.n_envs)
             steps = steps[flat_active[steps]]
-            chunks += episode_sequences(steps, starts[steps], self.sequence_length)
+            chunks += episode_sequences(steps, starts[steps], self.sequence_length, cuts[steps])
         lengths = np.array([len(chunk) for chunk in chunks], dtype=np.int64)
         mask = np.arange(self.sequence_length)[None, :] < lengths[:, None]
         indices = np.empty(mask.shape, dtype=np.int64)
