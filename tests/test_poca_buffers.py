@@ -125,6 +125,9 @@ def test_rollout_end_bootstraps_from_last_group_value():
 
 @pytest.mark.parametrize(("lam", "expected"), [(1.0, 0.9), (0.5, 0.54)])
 def test_agent_dying_mid_episode_gets_posthumous_credit(lam, expected):
+    """A dead agent's trajectory ends at its death and bootstraps from V of its group at the group's
+    next step, as ML-Agents' trainer (``value_next`` of a trajectory that is done while its group
+    is not): the +1 the group gets later reaches it through V, for any lambda."""
     # Two agents, one group (key 7). Slot 0 dies at t=0 (not truncated); slot 1 lives on, and at
     # t=1 the group gets +1 and ends. V(group at t=1) = 0.2.
     returns, _ = _returns(
@@ -136,11 +139,10 @@ def test_agent_dying_mid_episode_gets_posthumous_credit(lam, expected):
         values=[[0.5, 0.5], [0.0, 0.2]],
         lam=lam,
     )
-    # slot 1: G1 = 1; G0 = .9((1-l) .2 + l 1). The dead slot 0 continues with the group's
-    # value/return at t=1, so its target equals its groupmate's.
+    # slot 1: G1 = 1; G0 = .9((1-l) .2 + l 1). The dead slot 0: .9 * V(group at t=1).
     assert returns[1, 1] == pytest.approx(1.0)
     assert returns[0, 1] == pytest.approx(expected)
-    assert returns[0, 0] == pytest.approx(expected)
+    assert returns[0, 0] == pytest.approx(0.9 * 0.2)
 
 
 def test_dead_agent_bootstraps_from_group_value_at_rollout_end():

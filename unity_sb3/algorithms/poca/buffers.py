@@ -14,8 +14,10 @@ Targets follow ML-Agents' ``poca`` trainer, computed over the whole rollout at o
 - ``G_t = R_t + gamma * ((1 - lambda) * V_next + lambda * G_next)``, with ``V_next, G_next`` taken
   from the agent's own next decision while it lives;
 - **posthumous credit**: when an agent's episode ends (dies, or is interrupted alone) while its
-  group goes on, ``V_next, G_next`` are the *group's* value and (mean) return at the group's
-  next step, so the dead agent's target includes the group rewards that come after it died;
+  group goes on, its trajectory ends there and its return bootstraps from the *group's* value at
+  the group's next step, ``R_t + gamma * V_group``: the group rewards that come after it died reach
+  it through the centralised critic, as ML-Agents' trainer bootstraps a dead agent's last step
+  from the critic's value of its group (``value_next`` unless the whole group is done);
 - only the end of the whole group episode zeroes the bootstrap; if that end is a truncation
   (``TimeLimit.truncated``) the target bootstraps from V of the group's terminal observations;
 - at the end of the rollout, the bootstrap is V of the group at the next observation;
@@ -38,7 +40,6 @@ A member whose episode ended leaves the group at its next step.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Generator
 from functools import partial
 from typing import Any, NamedTuple
@@ -182,44 +183,13 @@ def compute_poca_returns(
     rows, cols = np.nonzero(owned)
     np.add.at(team_rewards, (owner[rows, cols], cols), step_rewards[rows, cols])
 
-    # Last step owned by each decision, and the group fate at every step.
-    end = np.full((n_steps, n_envs), -1, dtype=np.int64)
-    np.maximum.at(end, (owner[rows, cols], cols), rows)
-    alive_keys: list[set[int]] = []
-    truncated_keys: list[set[int]] = []
-    for t in range(n_steps):
-        alive_keys.append(set(owner_keys[t, owned[t] & ~dones[t]].tolist()))
-        truncated_keys.append(set(owner_keys[t, owned[t] & truncated[t]].tolist()))
-
-    returns = np.zeros((n_steps, n_envs), dtype=np.float64)
-    group_value: dict[tuple[int, int], float] = {}
-    group_return: dict[tuple[int, int], float] = {}
-    last_group_value: dict[int, float] = {}
-    for i in np.flatnonzero(last_active):
-        last_group_value.setdefault(int(last_group_keys[i]), float(last_values[i]))
-    group_steps: dict[int, list[int]] = defaultdict(list)  # key -> steps (descending) where it acts
-
-    def next_group(key: int, after: int) -> tuple[float, float] | None:
-        """(V, G) of group ``key`` at its first step after ``after``, or None."""
-        for s in reversed(group_steps.get(key, [])):  # ascending
-            if s > after:
-                return group_value[(s, key)], group_return[(s, key)]
-        if key in last_group_value:
-            return last_group_value[key], last_group_value[key]
-        return None
-
-    # Groups whose value and return a dead member continues with (posthumous credit): only
-    # their steps are recorded, the rest of the recursion runs vectorised over slots.
+    # Last step owned by each decision; for every active row (row-major order) whether its agent
+    # lived on, and V at its next decision or at the bootstrap.
+    last_step = np.full((n_steps, n_envs), -1, dtype=np.int64)
+    np.maximum.at(last_step, (owner[rows, cols], cols), rows)
     act_rows, act_cols = np.nonzero(active)
-    act_ends = end[act_rows, act_cols]
+    act_ends = last_step[act_rows, act_cols]
     died = dones[act_ends, act_cols]
-    continued = {
-        int(group_keys[t, i])
-        for t, i, u in zip(act_rows[died], act_cols[died], act_ends[died])
-        if int(group_keys[t, i]) in alive_keys[u]
-    }
-    # What does not depend on the recursion, for every active row at once (row-major order): the
-    # decision's last step, whether its agent lived on, and V at the next decision or bootstrap.
     act_living = ~died
     act_next = act_ends + 1
     act_inside = act_living & (act_next < n_steps)  # the agent's own next decision
@@ -230,31 +200,71 @@ def compute_poca_returns(
     act_v_next[bootstrap] = np.where(
         waiting[bootstrap], values[act_rows[bootstrap], act_cols[bootstrap]], last_values[act_cols[bootstrap]]
     )
-    act_g_next = act_v_next.copy()  # inside rows take G of the next decision in the loop
+    dead = np.flatnonzero(died)
+    if dead.size:
+        act_v_next[dead] = _ended_agent_values(
+            act_rows[dead], act_cols[dead], act_ends[dead], owned, owner_keys, dones, truncated, active,
+            group_keys, values, terminal_values, last_values, last_active, last_group_keys,
+        )  # fmt: skip
+    act_g_next = act_v_next.copy()  # inside rows take G of the next decision in the loop ...
     if chunk_ends is not None:  # ... unless a trajectory ends there: then G_next stays V_next
         act_inside &= ~np.asarray(chunk_ends, dtype=bool)[act_rows, act_cols]
+    returns = np.zeros((n_steps, n_envs), dtype=np.float64)
     row_start = np.searchsorted(act_rows, np.arange(n_steps + 1))
     for t in reversed(range(n_steps)):
         a, b = row_start[t], row_start[t + 1]
-        cols, u = act_cols[a:b], act_ends[a:b]
-        v_next, g_next, inside = act_v_next[a:b], act_g_next[a:b], act_inside[a:b]
+        cols, inside, g_next = act_cols[a:b], act_inside[a:b], act_g_next[a:b]
         g_next[inside] = returns[act_next[a:b][inside], cols[inside]]
-        for k in np.flatnonzero(~act_living[a:b]):
-            i, key, end_step = cols[k], int(group_keys[t, cols[k]]), u[k]
-            if key in alive_keys[end_step]:  # posthumous credit: continue with the group
-                fallback = float(values[t, i])
-                found = next_group(key, end_step)
-                v_next[k], g_next[k] = found if found is not None else (fallback, fallback)
-            elif key in truncated_keys[end_step]:
-                v_next[k] = g_next[k] = terminal_values[end_step, i]
-        returns[t, cols] = team_rewards[t, cols] + gamma * ((1.0 - gae_lambda) * v_next + gae_lambda * g_next)
-        keys_t = group_keys[t, cols]
-        for key in continued.intersection(keys_t.tolist()):
-            in_group = cols[keys_t == key]
-            group_value[(t, key)] = float(values[t, in_group[0]])
-            group_return[(t, key)] = float(returns[t, in_group].mean())
-            group_steps[key].append(t)
+        returns[t, cols] = team_rewards[t, cols] + gamma * (
+            (1.0 - gae_lambda) * act_v_next[a:b] + gae_lambda * g_next
+        )
     return returns.astype(np.float32), team_rewards.astype(np.float32)
+
+
+def _ended_agent_values(
+    rows: np.ndarray,
+    cols: np.ndarray,
+    ends: np.ndarray,
+    owned: np.ndarray,
+    owner_keys: np.ndarray,
+    dones: np.ndarray,
+    truncated: np.ndarray,
+    active: np.ndarray,
+    group_keys: np.ndarray,
+    values: np.ndarray,
+    terminal_values: np.ndarray,
+    last_values: np.ndarray,
+    last_active: np.ndarray,
+    last_group_keys: np.ndarray,
+) -> np.ndarray:
+    """The bootstrap of decisions whose agent's episode ended at step ``ends`` (arrays as
+    :func:`compute_poca_returns`'; ``rows``, ``cols``, ``ends`` of shape ``(k,)``).
+
+    While the group goes on (posthumous credit): V of the group at its next step (the first later
+    row where a member decides; after the rollout, V at the next observation; none: V at the
+    decision itself). A truncated group end: V of its terminal observations. The group's end: 0.
+    """
+    out = np.zeros(rows.size, dtype=np.float64)
+    live_keys = {int(u): set(owner_keys[u, owned[u] & ~dones[u]].tolist()) for u in np.unique(ends)}
+    cut_keys = {int(u): set(owner_keys[u, owned[u] & truncated[u]].tolist()) for u in np.unique(ends)}
+    last_group_value: dict[int, float] = {}
+    for i in np.flatnonzero(last_active):
+        last_group_value.setdefault(int(last_group_keys[i]), float(last_values[i]))
+    act_rows, act_cols = np.nonzero(active)  # row-major: steps ascending, slots within a step
+    act_keys = group_keys[act_rows, act_cols]
+    group_rows: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # key -> its rows' steps and V
+    for k, (t, i, u) in enumerate(zip(rows.tolist(), cols.tolist(), ends.tolist())):
+        key = int(group_keys[t, i])
+        if key in live_keys[u]:
+            if key not in group_rows:
+                member = np.flatnonzero(act_keys == key)
+                group_rows[key] = act_rows[member], values[act_rows[member], act_cols[member]]
+            steps, group_values = group_rows[key]
+            j = np.searchsorted(steps, u, side="right")  # the group's first row after the end
+            out[k] = group_values[j] if j < steps.size else last_group_value.get(key, values[t, i])
+        elif key in cut_keys[u]:
+            out[k] = terminal_values[u, i]
+    return out
 
 
 class POCARolloutBuffer(RolloutBuffer):
