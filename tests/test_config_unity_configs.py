@@ -127,7 +127,14 @@ def test_goal_conditioning_type_reaches_the_run() -> None:
     walker = convert_mlagents_config(CONFIGS / "sac/Walker.yaml")  # goal_conditioning_type: none
     assert walker.hyperparams["mlagents_network"] == {"goal_conditioning_type": "none", "hidden_units": 512}
     grid = convert_mlagents_config(CONFIGS / "ppo/GridWorld.yaml")  # ML-Agents' default: hyper
-    assert grid.hyperparams["mlagents_network"] == {"goal_conditioning_type": "hyper", "hidden_units": 128}
+    # PPO without memory: with goals, its body (1 x 128) may move into the extractor, conditioned last
+    assert grid.hyperparams["mlagents_network"] == {
+        "goal_conditioning_type": "hyper",
+        "hidden_units": 128,
+        "body_layers": [128],
+    }
+    sac_grid = convert_mlagents_config(CONFIGS / "sac/GridWorld.yaml")  # the Q networks take actions
+    assert sac_grid.hyperparams["mlagents_network"] == {"goal_conditioning_type": "hyper", "hidden_units": 128}
 
 
 def test_missing_demo_is_refused_before_unity_opens(tmp_path: Path, monkeypatch) -> None:

@@ -22,6 +22,7 @@ from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
+from unity_sb3.networks.extractors import UnityMultiInputExtractor
 from unity_sb3.spaces import BehaviorSpaces
 
 from mlagents_envs.base_env import (  # isort: skip
@@ -347,6 +348,43 @@ def test_dict_observations_follow_sensor_order_not_key_order(tmp_path):
     assert_same_actions(
         model, path, spec, masks=random_masks((3, 2), n=48), obs=unity_observations(spec, n=48)
     )
+    assert check_onnx(path, spec) == []
+
+
+@pytest.mark.parametrize(
+    ("conditioning", "hidden_layers"),
+    [("linear", []), ("hypernetwork", []), ("hypernetwork", [16, 16])],
+    ids=["hyperlinear", "hypernetwork", "conditioned_body"],
+)
+@pytest.mark.parametrize("opset", [9, 15])
+def test_goal_conditioned_policies(tmp_path, conditioning, hidden_layers, opset):
+    """Goal signals generating weights (ML-Agents' ``hyper``): HyperLinear, and ML-Agents' HyperNetwork
+    alone or as the last layer of the body (its layer norm and batched product), under onnxruntime."""
+    goal = ObservationSpec((3,), (NONE,), ObservationType.GOAL_SIGNAL, "goal")
+    spec = BehaviorSpec([vector(5, "ray"), goal], ActionSpec(2, (3,)))
+    extractor = dict(
+        goal_keys=["goal"],
+        goal_features=True,
+        goal_hidden_dim=16,
+        goal_conditioning=conditioning,
+        hidden_layers=hidden_layers,
+    )
+    model = make_model(
+        PPO,
+        spec,
+        "MultiInputPolicy",
+        policy_kwargs=dict(
+            net_arch=dict(pi=[], vf=[]) if hidden_layers else [16],
+            features_extractor_class=UnityMultiInputExtractor,
+            features_extractor_kwargs=extractor,
+        ),
+    )
+    scale_head(model, 30.0)
+    path = export(model, tmp_path, spec, opset=opset)
+    obs = unity_observations(spec, n=32)
+    obs[1] = np.eye(3, dtype=np.float32)[np.arange(32) % 3]  # one-hot goals
+    got, _ = assert_same_actions(model, path, spec, obs=obs)
+    assert np.ptp(got["deterministic_continuous_actions"], axis=0).min() > 1e-3  # the inputs matter
     assert check_onnx(path, spec) == []
 
 

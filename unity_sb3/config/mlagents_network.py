@@ -7,9 +7,13 @@ An ML-Agents trainer config says *how* goal signals condition the network
 ``hyperparams["mlagents_network"]`` and :func:`resolve_mlagents_network` reads the open env:
 
 - ``hyper`` and goal signals under their own keys of a ``Dict`` observation space ->
-  :class:`~unity_sb3.networks.extractors.UnityMultiInputExtractor` with ``goal_keys`` and
-  ``goal_features=True`` (the goals are encoded with the other observations, and their encodings
-  set the weights of a layer of ``hidden_units`` outputs, as ML-Agents' ``conditioning_type: hyper``);
+  :class:`~unity_sb3.networks.extractors.UnityMultiInputExtractor` with ``goal_keys``,
+  ``goal_features=True`` and ``goal_conditioning="hypernetwork"`` (the goals are encoded with the
+  other observations, and their encodings generate the weights of the network body's last layer, as
+  ML-Agents' ``ConditionalEncoder``). For PPO without memory or a shared critic the body moves from
+  ``net_arch`` into the extractor (``hidden_layers``; the actor's and the critic's each have one) so
+  that this is exactly ML-Agents' body; elsewhere (memory, SAC, POCA) the conditioned layer, of
+  ``hidden_units``, comes before the body;
 - ``none``, or no goal signal -> goals stay ordinary observations, concatenated (ML-Agents' ``none``);
 - a variable-length goal signal (rank 2) conditions nothing and stays an ordinary entity
   observation: ML-Agents gives its goal encoding size 0;
@@ -70,7 +74,8 @@ def resolve_mlagents_network(network: Mapping[str, Any], kwargs: dict[str, Any],
     """Apply ML-Agents' goal conditioning to ``kwargs["policy_kwargs"]`` for ``env``; report what cannot be.
 
     :param network: ``{"goal_conditioning_type": "hyper" | "none", "hidden_units": int}`` as the
-        mapping wrote it.
+        mapping wrote it, with ``"body_layers"`` (the ``net_arch`` list) where the body may move into
+        the features extractor.
     :param kwargs: the constructor arguments (``policy_kwargs`` already a dict); changed in place.
     :param env: the VecEnv the model will train on.
     """
@@ -99,11 +104,27 @@ def resolve_mlagents_network(network: Mapping[str, Any], kwargs: dict[str, Any],
         )
         if separate and extractor is UnityMultiInputExtractor:
             extractor_kwargs = dict(policy_kwargs.get("features_extractor_kwargs") or {})
-            extractor_kwargs.update(goal_keys=list(goals), goal_hidden_dim=hidden_units, goal_features=True)
+            extractor_kwargs.update(
+                goal_keys=list(goals),
+                goal_hidden_dim=hidden_units,
+                goal_features=True,
+                goal_conditioning="hypernetwork",
+            )
+            body = network.get("body_layers")
+            if body and list(policy_kwargs.get("net_arch") or []) == list(body):
+                # ML-Agents' ConditionalEncoder: the body's last layer is the conditioned one
+                extractor_kwargs["hidden_layers"] = list(body)
+                policy_kwargs["net_arch"] = dict(pi=[], vf=[])
             policy_kwargs["features_extractor_kwargs"] = extractor_kwargs
+            layers = extractor_kwargs.get("hidden_layers") or []
+            where = (
+                f"the last of the body's {len(layers)} layers"
+                if layers
+                else f"a layer of {hidden_units} before the network body"
+            )
             print(
-                f"goal_conditioning_type hyper: goal signals {', '.join(goals)} condition the other "
-                f"observations' features (HyperLinear, {hidden_units} outputs)"
+                f"goal_conditioning_type hyper: goal signals {', '.join(goals)} generate the weights of {where} "
+                "(HyperNetwork, as ML-Agents)"
             )
         else:
             why = (

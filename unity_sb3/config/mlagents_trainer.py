@@ -318,7 +318,11 @@ def _map_network(m: _Mapper, network: dict[str, Any], where: str, shared_critic:
             m.ignore("hyperparameters.shared_critic", True, f"{trainer.upper()}'s critic is its own network")
     if memory is not None:
         _map_memory(m, memory, size, recurrent)
-    _map_goal_conditioning(m, network, units, n)
+    # a goal-conditioned body belongs in the features extractor (its last layer is the conditioned one)
+    # where each of actor and critic has an extractor of its own and nothing runs between them
+    _map_goal_conditioning(
+        m, network, units, n, arch if trainer == "ppo" and not recurrent and not shared else None
+    )
     if network["deterministic"]:
         m.ignore("network_settings.deterministic", True, "use deterministic=True when predicting/evaluating")
 
@@ -384,18 +388,29 @@ def _map_memory(m: _Mapper, memory: Mapping[str, Any], size: int, recurrent: boo
     )
 
 
-def _map_goal_conditioning(m: _Mapper, network: Mapping[str, Any], units: int, n: str) -> None:
-    """``goal_conditioning_type`` -> ``hyperparams["mlagents_network"]``, resolved when Unity is open."""
+def _map_goal_conditioning(
+    m: _Mapper, network: Mapping[str, Any], units: int, n: str, body_layers: list[int] | None
+) -> None:
+    """``goal_conditioning_type`` -> ``hyperparams["mlagents_network"]``, resolved when Unity is open.
+
+    :param body_layers: ``net_arch`` when the body can move into the features extractor if there are
+        goals (PPO without memory or a shared critic), else ``None``.
+    """
     given = [key for key in ("goal_conditioning_type", "conditioning_type") if network[key] != "hyper"]
     key = given[0] if given else "goal_conditioning_type"
     value = _choice(network[key], CONDITIONING_TYPES, f"{n}.{key}")
     m.run.hyperparams["mlagents_network"] = {"goal_conditioning_type": value, "hidden_units": units}
+    if value == "hyper" and body_layers is not None:
+        m.run.hyperparams["mlagents_network"]["body_layers"] = list(body_layers)
     if value == "hyper":
         target = (
             f"UnityMultiInputExtractor(goal_keys=<the scene's goal signals>, goal_hidden_dim={units}, "
-            "goal_features=True)"
+            "goal_features=True, goal_conditioning='hypernetwork')"
         )
-        note = "goal-signal observations are encoded and condition all features (hypernetwork); resolved when Unity is open"
+        note = (
+            "goal-signal observations are encoded with the others and generate the weights of the body's last "
+            "layer (ML-Agents' ConditionalEncoder and HyperNetwork); resolved when Unity is open"
+        )
     else:
         target = "goal signals concatenated with the other observations"
         note = "as ML-Agents' none"

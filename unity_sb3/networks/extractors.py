@@ -51,6 +51,7 @@ from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 from torch import nn
 
 from unity_sb3.networks.attention import ATTENTION_EMBEDDING_SIZE, EntityAttention
+from unity_sb3.networks.conditioning import HyperNetwork
 
 ENCODERS = ("simple", "nature_cnn", "resnet", "match3", "fully_connected")
 
@@ -111,11 +112,16 @@ def check_resolution(encoder: str, shape: tuple[int, ...], key: str | None = Non
     raise ValueError(message)
 
 
-class _Swish(nn.Module):
+def _swish(x: th.Tensor) -> th.Tensor:
     """x * sigmoid(x), written out so that ONNX opset 9 exports it (ML-Agents' Swish)."""
+    return x * th.sigmoid(x)
+
+
+class _Swish(nn.Module):
+    """:func:`_swish` as a layer."""
 
     def forward(self, x: th.Tensor) -> th.Tensor:
-        return x * th.sigmoid(x)
+        return _swish(x)
 
 
 class _ResidualBlock(nn.Module):
@@ -289,6 +295,11 @@ class UnityMultiInputExtractor(BaseFeaturesExtractor):
         rest) and condition on those encodings, as ML-Agents' ``hyper`` does (the ML-Agents config
         mapping sets it); False (default): the goals only condition, the vector raw, an image through
         its own :class:`UnityCnn`.
+    :param goal_conditioning: ``"linear"`` (default): a :class:`HyperLinear` layer of
+        ``goal_hidden_dim`` (ReLU) between the observations' features and ``hidden_layers``;
+        ``"hypernetwork"``: ML-Agents' ``ConditionalEncoder``, the last of ``hidden_layers`` being a
+        :class:`~unity_sb3.networks.conditioning.HyperNetwork` (Swish), or, without ``hidden_layers``,
+        one such layer of ``goal_hidden_dim`` (the ML-Agents config mapping sets it).
     """
 
     def __init__(
@@ -302,8 +313,13 @@ class UnityMultiInputExtractor(BaseFeaturesExtractor):
         entities: str = "attention",
         entity_embedding_size: int = ATTENTION_EMBEDDING_SIZE,
         goal_features: bool = False,
+        goal_conditioning: str = "linear",
     ) -> None:
         _check_encoder(encoder)
+        if goal_conditioning not in ("linear", "hypernetwork"):
+            raise ValueError(
+                f"goal_conditioning must be 'linear' or 'hypernetwork', got {goal_conditioning!r}."
+            )
         if entities not in ("attention", "flatten"):
             raise ValueError(f"entities must be 'attention' or 'flatten', got {entities!r}.")
         hidden_layers = list(hidden_layers)
@@ -372,7 +388,7 @@ class UnityMultiInputExtractor(BaseFeaturesExtractor):
             shapes = [tuple(subspaces[k].shape) for k in entity_keys]
             self.attention = EntityAttention(total, shapes, embedding_size=entity_embedding_size)  # type: ignore[arg-type]
             total += entity_embedding_size
-        self.conditioning: HyperLinear | None = None
+        self.conditioning: HyperLinear | HyperNetwork | None = None
         goal_encoders: dict[str, nn.Module] = {}
         goal_dim = 0
         for i, key in enumerate([] if goal_features else self.goal_keys):
@@ -394,14 +410,22 @@ class UnityMultiInputExtractor(BaseFeaturesExtractor):
                 else get_flattened_obs_dim(subspaces[k])
                 for k in self.goal_keys
             )
-        if self.goal_keys:
+        # with a hypernetwork the body comes first and its last layer is the conditioned one (ML-Agents'
+        # ConditionalEncoder); a HyperLinear layer conditions the features before the body
+        self.conditions_last = bool(self.goal_keys) and goal_conditioning == "hypernetwork"
+        plain = hidden_layers[:-1] if self.conditions_last and hidden_layers else hidden_layers
+        if self.goal_keys and not self.conditions_last:
             self.conditioning = HyperLinear(total, goal_dim, goal_hidden_dim)
             total = goal_hidden_dim
         layers: list[nn.Module] = []
-        for size in hidden_layers:
+        for size in plain:
             layers += [nn.Linear(total, size), _Swish()]
             total = size
         self.body = nn.Sequential(*layers) if layers else None
+        if self.conditions_last:
+            size = hidden_layers[-1] if hidden_layers else goal_hidden_dim
+            self.conditioning = HyperNetwork(total, size, goal_dim, size)
+            total = size
         self._features_dim = total
 
     def forward(self, observations: th.Tensor | dict[str, th.Tensor]) -> th.Tensor:
@@ -419,16 +443,20 @@ class UnityMultiInputExtractor(BaseFeaturesExtractor):
             ents = [observations] if self.single else [observations[k] for k in self.entity_keys]  # type: ignore[index]
             parts.append(self.attention(x_self, ents))
         features = _joined(parts)
-        if self.conditioning is not None and self.goal_features:
-            features = self.conditioning(
-                features, _joined([parts[self.keys.index(k)] for k in self.goal_keys])
-            )
-        elif self.conditioning is not None:
+        if self.conditioning is None:
+            return features if self.body is None else self.body(features)
+        if self.goal_features:
+            goal = _joined([parts[self.keys.index(k)] for k in self.goal_keys])
+        else:
             goal = _joined(
                 [
                     encode(observations[k]).float()  # type: ignore[index]
                     for encode, k in zip(self.goal_encoders.values(), self.goal_keys)  # type: ignore[union-attr]
                 ]
             )
-            features = self.conditioning(features, goal)
+        if self.conditions_last:
+            if self.body is not None:
+                features = self.body(features)
+            return _swish(self.conditioning(features, goal))
+        features = self.conditioning(features, goal)
         return features if self.body is None else self.body(features)
