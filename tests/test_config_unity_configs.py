@@ -134,7 +134,10 @@ def test_goal_conditioning_type_reaches_the_run() -> None:
         "body_layers": [128],
     }
     sac_grid = convert_mlagents_config(CONFIGS / "sac/GridWorld.yaml")  # the Q networks take actions
-    assert sac_grid.hyperparams["mlagents_network"] == {"goal_conditioning_type": "hyper", "hidden_units": 128}
+    assert sac_grid.hyperparams["mlagents_network"] == {
+        "goal_conditioning_type": "hyper",
+        "hidden_units": 128,
+    }
 
 
 def test_missing_demo_is_refused_before_unity_opens(tmp_path: Path, monkeypatch) -> None:

@@ -9,7 +9,6 @@ import torch as th
 from test_poca import SMALL, SacrificeVecEnv
 
 from unity_sb3.algorithms.poca import POCA
-from unity_sb3.algorithms.poca.buffers import transition_owners
 from unity_sb3.algorithms.poca.group_steps import (
     group_mates,
     group_step_units,
@@ -18,6 +17,7 @@ from unity_sb3.algorithms.poca.group_steps import (
     shared_values,
     unit_order,
 )
+from unity_sb3.algorithms.poca.returns import transition_owners
 
 
 def _units(active, keys, waiting_keys=None, waiting_alive=None):

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from unity_sb3.algorithms.poca.buffers import POCARolloutBuffer, compute_poca_returns
+from unity_sb3.algorithms.poca.buffers import POCARolloutBuffer
 from unity_sb3.algorithms.poca.poca import POCA
 from unity_sb3.algorithms.poca.policies import CnnPolicy, MlpPolicy, MultiInputPolicy, POCAPolicy
 from unity_sb3.algorithms.poca.recurrent import RecurrentPOCA, RecurrentPOCAPolicy
+from unity_sb3.algorithms.poca.returns import compute_poca_returns
 
 __all__ = [
     "POCA",

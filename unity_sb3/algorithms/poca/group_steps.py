@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-#: :func:`~unity_sb3.algorithms.poca.buffers.transition_owners`' value of a live agent whose last decision was before the rollout
+#: :func:`~unity_sb3.algorithms.poca.returns.transition_owners`' value of a live agent whose last decision was before the rollout
 BEFORE_ROLLOUT = -2
 
 
@@ -31,7 +31,7 @@ def group_mates(
     :param active: (n_steps, n_envs) bool.
     :param group_keys: (n_steps, n_envs) int group codes.
     :param last_rows: (n_steps, n_envs) row of each slot's live agent's last decision at or
-        before t (:func:`~unity_sb3.algorithms.poca.buffers.transition_owners`); None: only the agents deciding at t are present.
+        before t (:func:`~unity_sb3.algorithms.poca.returns.transition_owners`); None: only the agents deciding at t are present.
     :param keys_before: (n_envs,) group codes of the decisions made before the rollout (rows
         ``BEFORE_ROLLOUT`` of ``last_rows``).
     :return: ``(mates, mate_rows)``, both (n_steps, n_envs, max_mates) int (max_mates >= 0):

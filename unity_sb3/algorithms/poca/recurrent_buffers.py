@@ -26,7 +26,8 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch as th
 
-from unity_sb3.algorithms.poca.buffers import POCARolloutBuffer, transition_owners
+from unity_sb3.algorithms.poca.buffers import POCARolloutBuffer
+from unity_sb3.algorithms.poca.returns import transition_owners
 from unity_sb3.networks.memory import check_memory_settings, episode_sequences, sequence_minibatches
 
 

@@ -1,12 +1,12 @@
-"""Hand-worked cases for POCA's targets (``unity_sb3.algorithms.poca.buffers``)."""
+"""Hand-worked cases for POCA's targets (``unity_sb3.algorithms.poca.returns``)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from unity_sb3.algorithms.poca.buffers import compute_poca_returns, transition_owners
 from unity_sb3.algorithms.poca.group_steps import group_mates
+from unity_sb3.algorithms.poca.returns import compute_poca_returns, transition_owners
 
 
 def _returns(
