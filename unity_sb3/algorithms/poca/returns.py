@@ -150,12 +150,28 @@ def compute_poca_returns(
     act_v_next[bootstrap] = np.where(
         waiting[bootstrap], values[act_rows[bootstrap], act_cols[bootstrap]], last_values[act_cols[bootstrap]]
     )
-    dead = np.flatnonzero(died)
-    if dead.size:
-        act_v_next[dead] = _ended_agent_values(
-            act_rows[dead], act_cols[dead], act_ends[dead], owned, owner_keys, dones, truncated, active,
-            group_keys, values, terminal_values, last_values, last_active, last_group_keys,
-        )  # fmt: skip
+    # A decision whose agent's episode ended at step u: while its group goes on (posthumous credit),
+    # V of the group at the group's next row (its first member's: they share it); after the rollout,
+    # V at the next observation; none, V at the decision itself. A truncated group end: V of its
+    # terminal observations. The whole group's end: 0.
+    last_group_value: dict[int, float] = {}
+    for i in np.flatnonzero(last_active):
+        last_group_value.setdefault(int(last_group_keys[i]), float(last_values[i]))
+    act_keys = group_keys[act_rows, act_cols]
+    group_rows: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # key -> the steps of its rows, and V
+    for k in np.flatnonzero(died):
+        t, i, u = int(act_rows[k]), int(act_cols[k]), int(act_ends[k])
+        key = int(group_keys[t, i])
+        living = owned[u] & ~dones[u]
+        if key in owner_keys[u, living]:
+            if key not in group_rows:
+                member = np.flatnonzero(act_keys == key)  # row-major: steps ascending
+                group_rows[key] = act_rows[member], values[act_rows[member], act_cols[member]]
+            steps, group_values = group_rows[key]
+            j = np.searchsorted(steps, u, side="right")
+            act_v_next[k] = group_values[j] if j < steps.size else last_group_value.get(key, values[t, i])
+        elif key in owner_keys[u, owned[u] & truncated[u]]:
+            act_v_next[k] = terminal_values[u, i]
     act_g_next = act_v_next.copy()  # inside rows take G of the next decision in the loop ...
     if chunk_ends is not None:  # ... unless a trajectory ends there: then G_next stays V_next
         act_inside &= ~np.asarray(chunk_ends, dtype=bool)[act_rows, act_cols]
@@ -169,49 +185,3 @@ def compute_poca_returns(
             (1.0 - gae_lambda) * act_v_next[a:b] + gae_lambda * g_next
         )
     return returns.astype(np.float32), team_rewards.astype(np.float32)
-
-
-def _ended_agent_values(
-    rows: np.ndarray,
-    cols: np.ndarray,
-    ends: np.ndarray,
-    owned: np.ndarray,
-    owner_keys: np.ndarray,
-    dones: np.ndarray,
-    truncated: np.ndarray,
-    active: np.ndarray,
-    group_keys: np.ndarray,
-    values: np.ndarray,
-    terminal_values: np.ndarray,
-    last_values: np.ndarray,
-    last_active: np.ndarray,
-    last_group_keys: np.ndarray,
-) -> np.ndarray:
-    """The bootstrap of decisions whose agent's episode ended at step ``ends`` (arrays as
-    :func:`compute_poca_returns`'; ``rows``, ``cols``, ``ends`` of shape ``(k,)``).
-
-    While the group goes on (posthumous credit): V of the group at its next step (the first later
-    row where a member decides; after the rollout, V at the next observation; none: V at the
-    decision itself). A truncated group end: V of its terminal observations. The group's end: 0.
-    """
-    out = np.zeros(rows.size, dtype=np.float64)
-    live_keys = {int(u): set(owner_keys[u, owned[u] & ~dones[u]].tolist()) for u in np.unique(ends)}
-    cut_keys = {int(u): set(owner_keys[u, owned[u] & truncated[u]].tolist()) for u in np.unique(ends)}
-    last_group_value: dict[int, float] = {}
-    for i in np.flatnonzero(last_active):
-        last_group_value.setdefault(int(last_group_keys[i]), float(last_values[i]))
-    act_rows, act_cols = np.nonzero(active)  # row-major: steps ascending, slots within a step
-    act_keys = group_keys[act_rows, act_cols]
-    group_rows: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # key -> its rows' steps and V
-    for k, (t, i, u) in enumerate(zip(rows.tolist(), cols.tolist(), ends.tolist())):
-        key = int(group_keys[t, i])
-        if key in live_keys[u]:
-            if key not in group_rows:
-                member = np.flatnonzero(act_keys == key)
-                group_rows[key] = act_rows[member], values[act_rows[member], act_cols[member]]
-            steps, group_values = group_rows[key]
-            j = np.searchsorted(steps, u, side="right")  # the group's first row after the end
-            out[k] = group_values[j] if j < steps.size else last_group_value.get(key, values[t, i])
-        elif key in cut_keys[u]:
-            out[k] = terminal_values[u, i]
-    return out
