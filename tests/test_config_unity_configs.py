@@ -119,6 +119,8 @@ def test_memory_config_picks_the_recurrent_ppo_with_its_memory_and_signals() -> 
     assert run.hyperparams["memory_size"] == 128 and run.hyperparams["sequence_length"] == 64
     assert run.hyperparams["time_horizon"] == 64
     assert "net_arch=[128, 128]" in run.hyperparams["policy_kwargs"]  # ML-Agents' body, before the LSTM
+    # with goal signals that body moves into the extractors, its last layer conditioned, the LSTMs after
+    assert run.hyperparams["mlagents_network"]["body_layers"] == [128, 128]
     imitation = convert_mlagents_config(CONFIGS / "imitation/Hallway.yaml")
     assert imitation.algo == "ppo_memory" and "gail" in imitation.hyperparams["reward_signals"]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch as th
@@ -69,3 +70,53 @@ def test_the_conditioned_body_is_ml_agents_conditional_encoder(hidden_layers: li
 def test_unknown_goal_conditioning_is_refused() -> None:
     with pytest.raises(ValueError, match="goal_conditioning must be 'linear' or 'hypernetwork'"):
         UnityMultiInputExtractor(_space(), goal_keys=["goal"], goal_conditioning="film")
+
+
+def test_recurrent_ppo_runs_the_conditioned_body_before_its_lstms(tmp_path) -> None:
+    """As the ML-Agents mapping builds a goal-conditioned PPO with memory: each of actor and critic has
+    its own extractor holding the body (last layer generated from the goal), then its LSTM."""
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    from unity_sb3 import RecurrentPPO
+
+    class GoalEnv(gym.Env):
+        observation_space = _space()
+        action_space = spaces.Discrete(3)
+
+        def reset(self, *, seed=None, options=None):
+            super().reset(seed=seed)
+            return self.observation_space.sample(), {}
+
+        def step(self, action):
+            return self.observation_space.sample(), float(action == 1), False, False, {}
+
+    extractor = dict(
+        goal_keys=["goal"],
+        goal_features=True,
+        goal_hidden_dim=16,
+        hidden_layers=[16, 16],
+        goal_conditioning="hypernetwork",
+    )
+    model = RecurrentPPO(
+        "MultiInputLstmPolicy",
+        DummyVecEnv([GoalEnv, GoalEnv]),
+        n_steps=16,
+        batch_size=16,
+        n_epochs=1,
+        memory_size=8,
+        sequence_length=4,
+        seed=0,
+        policy_kwargs=dict(
+            net_arch=dict(pi=[], vf=[]),
+            features_extractor_class=UnityMultiInputExtractor,
+            features_extractor_kwargs=extractor,
+        ),
+    )
+    policy = model.policy
+    assert policy.pi_features_extractor is not policy.vf_features_extractor
+    assert isinstance(policy.pi_features_extractor.conditioning, HyperNetwork)
+    assert policy.lstm_actor.lstm.input_size == 16  # the LSTM reads the conditioned body
+    before = [p.clone() for p in policy.pi_features_extractor.conditioning.parameters()]
+    model.learn(32)
+    after = list(policy.pi_features_extractor.conditioning.parameters())
+    assert any(not th.equal(a, b) for a, b in zip(after, before))

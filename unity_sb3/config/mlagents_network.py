@@ -10,10 +10,10 @@ An ML-Agents trainer config says *how* goal signals condition the network
   :class:`~unity_sb3.networks.extractors.UnityMultiInputExtractor` with ``goal_keys``,
   ``goal_features=True`` and ``goal_conditioning="hypernetwork"`` (the goals are encoded with the
   other observations, and their encodings generate the weights of the network body's last layer, as
-  ML-Agents' ``ConditionalEncoder``). For PPO without memory or a shared critic the body moves from
-  ``net_arch`` into the extractor (``hidden_layers``; the actor's and the critic's each have one) so
-  that this is exactly ML-Agents' body; elsewhere (memory, SAC, POCA) the conditioned layer, of
-  ``hidden_units``, comes before the body;
+  ML-Agents' ``ConditionalEncoder``). For PPO the body moves from ``net_arch`` into the extractor
+  (``hidden_layers``; the actor's and the critic's each have one, and with memory their LSTMs read
+  them) so that this is exactly ML-Agents' body; a shared critic's body is there already; for SAC and
+  POCA the conditioned layer, of ``hidden_units``, comes before the body;
 - ``none``, or no goal signal -> goals stay ordinary observations, concatenated (ML-Agents' ``none``);
 - a variable-length goal signal (rank 2) conditions nothing and stays an ordinary entity
   observation: ML-Agents gives its goal encoding size 0;

@@ -319,10 +319,9 @@ def _map_network(m: _Mapper, network: dict[str, Any], where: str, shared_critic:
     if memory is not None:
         _map_memory(m, memory, size, recurrent)
     # a goal-conditioned body belongs in the features extractor (its last layer is the conditioned one)
-    # where each of actor and critic has an extractor of its own and nothing runs between them
-    _map_goal_conditioning(
-        m, network, units, n, arch if trainer == "ppo" and not recurrent and not shared else None
-    )
+    # where each of actor and critic has an extractor of its own and the body is all that follows it
+    # (PPO; with memory the LSTM then reads the extractor, as ML-Agents' reads its body)
+    _map_goal_conditioning(m, network, units, n, arch if trainer == "ppo" and not shared else None)
     if network["deterministic"]:
         m.ignore("network_settings.deterministic", True, "use deterministic=True when predicting/evaluating")
 
@@ -394,7 +393,7 @@ def _map_goal_conditioning(
     """``goal_conditioning_type`` -> ``hyperparams["mlagents_network"]``, resolved when Unity is open.
 
     :param body_layers: ``net_arch`` when the body can move into the features extractor if there are
-        goals (PPO without memory or a shared critic), else ``None``.
+        goals (PPO, with or without memory, without a shared critic), else ``None``.
     """
     given = [key for key in ("goal_conditioning_type", "conditioning_type") if network[key] != "hyper"]
     key = given[0] if given else "goal_conditioning_type"
