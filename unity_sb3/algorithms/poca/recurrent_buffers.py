@@ -185,12 +185,12 @@ class RecurrentPOCARolloutBuffer(POCARolloutBuffer):
 
     # ------------------------------------------------------------------- sequences
 
-    def sequences(self) -> list[np.ndarray]:
+    def sequences(self, flags: np.ndarray | None = None) -> list[np.ndarray]:
         """Each slot's active rows cut into chunks of at most ``sequence_length`` steps that never
         cross an episode boundary or a ``time_horizon`` cut (``chunk_ends``; ML-Agents' cut,
         :func:`~unity_sb3.networks.memory.episode_sequences`), as flat indices ``t * n_envs + i`` in time
-        order."""
-        flags = self.decision_episode_starts()
+        order. ``flags``: :meth:`decision_episode_starts` when the caller has them already."""
+        flags = self.decision_episode_starts() if flags is None else flags
         chunks = []
         for slot in range(self.n_envs):
             rows = np.flatnonzero(self.active[:, slot])
@@ -206,8 +206,9 @@ class RecurrentPOCARolloutBuffer(POCARolloutBuffer):
         """Shuffled minibatches of whole sequences, about ``batch_size`` real steps each (at least one
         sequence; :func:`~unity_sb3.networks.memory.sequence_minibatches`)."""
         assert self.full, "the rollout buffer is not full yet"
-        chunks = self.sequences()
-        flags = self.decision_episode_starts().reshape(-1)
+        starts = self.decision_episode_starts()
+        chunks = self.sequences(starts)
+        flags = starts.reshape(-1)
         stored = {
             name: getattr(self, name).reshape(-1, self.memory_size)
             for name in ("memories", "value_memories", "baseline_memories")

@@ -73,12 +73,15 @@ class RecurrentSignalRolloutBuffer(SignalRolloutBuffer):
             pending &= ~self.active[t]
         return starts
 
-    def sequences(self) -> tuple[np.ndarray, np.ndarray]:
+    def sequences(self, starts: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Flat step indices ``(n_seq, L)`` of every slot's active steps cut into sequences as ML-Agents
         cuts them (:func:`~unity_sb3.networks.memory.episode_sequences`; padding repeats the sequence's
-        first step) and the mask of real steps ``(n_seq, L)``."""
+        first step) and the mask of real steps ``(n_seq, L)``.
+
+        :param starts: :meth:`active_episode_starts` when the caller has them already.
+        """
         flat_active = self.active.reshape(-1)
-        starts = self.active_episode_starts().reshape(-1)
+        starts = (self.active_episode_starts() if starts is None else starts).reshape(-1)
         cuts = self.chunk_ends.reshape(-1)
         chunks = []
         for env in range(self.n_envs):
@@ -95,8 +98,9 @@ class RecurrentSignalRolloutBuffer(SignalRolloutBuffer):
     def get(self, batch_size: int | None = None) -> Generator[SignalRolloutBufferSamples, None, None]:
         """Minibatches of whole sequences in random order; their flat fields hold the real steps only."""
         assert self.full, "the rollout buffer is not full"
-        indices, mask = self.sequences()
-        starts = self.active_episode_starts().reshape(-1).astype(np.float32)
+        active_starts = self.active_episode_starts()
+        indices, mask = self.sequences(active_starts)
+        starts = active_starts.reshape(-1).astype(np.float32)
         for chosen in sequence_minibatches(mask.sum(axis=1), batch_size):
             seq_indices, seq_mask = indices[chosen], mask[chosen]
             samples = self._get_samples(seq_indices[seq_mask])
