@@ -7,8 +7,9 @@ units. Memories are stored at every step while acting; training cuts each agent'
 chunks of ``sequence_length`` steps, each unrolled from the memory stored at its first step
 (truncated back-propagation through time). The on-policy buffers cut as ML-Agents does
 (:func:`episode_sequences`: a sequence never crosses an episode boundary or a ``time_horizon`` cut,
-and a short episode is one whole sequence from its first step); :class:`LSTMMemory` also resets the memory where an episode
-starts inside a sequence, so series cut anywhere (SAC's replayed windows) unroll correctly too.
+and a short episode is one whole sequence from its first step); :class:`LSTMMemory` also resets the
+memory where an episode starts inside a sequence, so series cut anywhere (SAC's replayed windows)
+unroll correctly too.
 """
 
 from __future__ import annotations
