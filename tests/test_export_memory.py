@@ -5,11 +5,20 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from mlagents_envs.base_env import ActionSpec, BehaviorSpec
+from mlagents_envs.base_env import (
+    ActionSpec,
+    BehaviorSpec,
+    DimensionProperty,
+    ObservationSpec,
+    ObservationType,
+)
 from test_export import export, make_model, scale_head, unity_observations, vector, visual_chw
 
 from unity_sb3 import RecurrentPPO
 from unity_sb3.export import check_onnx, inspect_onnx, predict_unity_actions, run_onnx
+from unity_sb3.networks.extractors import UnityMultiInputExtractor
+
+GOAL = ObservationSpec((3,), (DimensionProperty.NONE,), ObservationType.GOAL_SIGNAL, "goal")
 
 
 @pytest.mark.parametrize(
@@ -18,6 +27,7 @@ from unity_sb3.export import check_onnx, inspect_onnx, predict_unity_actions, ru
         (ActionSpec(2, ()), [vector(5)], "MlpLstmPolicy"),
         (ActionSpec(0, (3, 2)), [vector(5)], "MlpLstmPolicy"),
         (ActionSpec(0, (3, 2)), [vector(5)], "MlpLstmPolicy post_memory_arch"),
+        (ActionSpec(2, ()), [vector(5), GOAL], "MultiInputLstmPolicy goal_conditioned"),
         pytest.param(
             ActionSpec(0, (3,)),
             [vector(4), visual_chw(1, 36, 36)],
@@ -25,7 +35,7 @@ from unity_sb3.export import check_onnx, inspect_onnx, predict_unity_actions, ru
             marks=pytest.mark.slow,  # the default suite's budget: the CNN export takes ~10 s
         ),
     ],
-    ids=["continuous", "multi_discrete", "post_memory_layers", "vector_and_image"],
+    ids=["continuous", "multi_discrete", "post_memory_layers", "goal_conditioned_body", "vector_and_image"],
 )
 def test_exported_memory_model_equals_predict_over_steps(tmp_path, action_spec, observations, policy) -> None:
     spec = BehaviorSpec(observations, action_spec)
@@ -34,6 +44,23 @@ def test_exported_memory_model_equals_predict_over_steps(tmp_path, action_spec, 
     )
     if policy.endswith("post_memory_arch"):  # dense layers after the LSTM travel with the actor
         policy, kwargs = policy.split()[0], dict(post_memory_arch=[10])
+    if policy.endswith(
+        "goal_conditioned"
+    ):  # as the ML-Agents mapping builds it: ML-Agents' body, then the LSTM
+        extractor = dict(
+            goal_keys=["goal"],
+            goal_features=True,
+            hidden_layers=[16, 16],
+            goal_conditioning="hypernetwork",
+        )
+        policy, kwargs = (
+            policy.split()[0],
+            dict(
+                net_arch=dict(pi=[], vf=[]),
+                features_extractor_class=UnityMultiInputExtractor,
+                features_extractor_kwargs=extractor,
+            ),
+        )
     model = make_model(RecurrentPPO, spec, policy, memory_size=12, sequence_length=4, policy_kwargs=kwargs)
     scale_head(model, 40.0)
     path = export(model, tmp_path, spec)
