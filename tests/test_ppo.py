@@ -31,8 +31,17 @@ def test_without_signals_it_is_sb3_ppo(env_id):
     kwargs = {"n_steps": 64, "batch_size": 32, "n_epochs": 2, "seed": 0}
     ours = PPO("MlpPolicy", make_vec_env(env_id, n_envs=2, seed=0), **kwargs).learn(256)
     theirs = SB3PPO("MlpPolicy", make_vec_env(env_id, n_envs=2, seed=0), **kwargs).learn(256)
-    assert th.equal(policy_params(ours), policy_params(theirs))
+    assert th.equal(policy_params(ours), policy_params(theirs))  # ours steps Adam with foreach: the same
     assert ours.signals is None and ours.policy.value_net.out_features == 1
+    assert ours.policy.optimizer.defaults["foreach"] and ours.policy.optimizer.defaults["eps"] == 1e-5
+
+
+def test_an_optimizer_given_in_policy_kwargs_is_kept():
+    env = make_vec_env("CartPole-v1", n_envs=1, seed=0)
+    given = PPO("MlpPolicy", env, n_steps=8, policy_kwargs=dict(optimizer_kwargs=dict(eps=1e-3)))
+    assert given.policy.optimizer.defaults["eps"] == 1e-3 and not given.policy.optimizer.defaults["foreach"]
+    other = PPO("MlpPolicy", env, n_steps=8, policy_kwargs=dict(optimizer_class=th.optim.SGD))
+    assert isinstance(other.policy.optimizer, th.optim.SGD)
 
 
 @pytest.mark.parametrize("signals", [None, {"extrinsic": {}}])

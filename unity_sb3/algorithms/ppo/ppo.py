@@ -96,6 +96,23 @@ from unity_sb3.algorithms.reward_signals.settings import RewardSignalConfigError
 from unity_sb3.slots import is_unity_vec_env
 
 
+def with_foreach_adam(policy_kwargs: dict[str, Any] | None) -> dict[str, Any]:
+    """``policy_kwargs`` with SB3's Adam for actor-critic policies (``eps=1e-5``) in torch's ``foreach``
+    form, unless they name an optimizer or its arguments themselves.
+
+    On CPU torch's default Adam loops over the parameter tensors; ``foreach`` updates them together:
+    the same updates bit for bit, the step ~1.5x faster with large layers (a goal-conditioning
+    hypernetwork's 2M generated weights: 19 -> 13 ms per step here).
+    """
+    policy_kwargs = dict(policy_kwargs or {})
+    if (
+        policy_kwargs.get("optimizer_class", th.optim.Adam) is th.optim.Adam
+        and "optimizer_kwargs" not in policy_kwargs
+    ):
+        policy_kwargs["optimizer_kwargs"] = {"eps": 1e-5, "foreach": True}
+    return policy_kwargs
+
+
 def widen_value_head(policy: Any, n_heads: int) -> None:
     """Give an SB3 ``ActorCriticPolicy`` ``n_heads`` value outputs and rebuild its optimizer."""
     old = policy.value_net
@@ -204,6 +221,7 @@ class PPO(SignalsAndBCMixin, SignalRolloutsMixin, SB3PPO, _OpenActionSpaces):
                 "rollout_buffer_class cannot be combined with reward_signals: PPO with reward signals uses "
                 "its own multi-head rollout buffer."
             )
+        kwargs["policy_kwargs"] = with_foreach_adam(kwargs.get("policy_kwargs"))
         super().__init__(policy, env, *args, **kwargs)
 
     def _use_hybrid_classes(self) -> None:
