@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 from players import PYTHON, ROOT, wait_for
 from stable_baselines3.common.callbacks import BaseCallback
@@ -224,3 +225,29 @@ def test_sac_checkpoint_with_replay_buffer_resumes_where_it_stopped(tmp_path):
 
 def newest_steps(path: Path) -> int:
     return int(path.name.split("_")[1])
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_an_interrupt_during_an_atomic_save_acts_once_the_file_is_whole(tmp_path, sig) -> None:
+    """A Ctrl-C (or the command's SIGTERM) that lands inside a checkpoint write is held until the file
+    is complete and in place, then raised for its handler: torch's zip writer would otherwise turn the
+    interrupt into a RuntimeError and the run would end as a crash (a race seen in the SIGTERM test)."""
+    from unity_sb3.callbacks.checkpoint import save_atomic
+
+    class Model:
+        def save(self, path: str) -> None:
+            os.kill(os.getpid(), sig)  # delivered now, in the middle of the write
+            Path(path).write_text("all of it")
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            save_atomic(Model(), tmp_path / "model.zip")
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert (tmp_path / "model.zip").read_text() == "all of it"
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert [p.name for p in tmp_path.iterdir()] == ["model.zip"]  # no temporary file left

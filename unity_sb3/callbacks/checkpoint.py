@@ -10,7 +10,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import tempfile
+import threading
 import time
 import zipfile
 from collections.abc import Callable, Iterator
@@ -29,15 +31,43 @@ REPLAY_BUFFER_STEP = "unity_sb3_num_timesteps"
 
 
 @contextmanager
+def interrupts_deferred() -> Iterator[None]:
+    """SIGINT and SIGTERM that arrive inside the block act when it ends (main thread only).
+
+    An interrupt raised inside a library's file writer does not always surface as one: torch's zip
+    writer turns it into a ``RuntimeError`` on its way out, so a Ctrl-C (or the command's SIGTERM)
+    during a periodic checkpoint ended the run as a crash instead of with the Ctrl-C checkpoint. Held
+    until the write is done, each signal is raised again, once, for the handler it was meant for.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    previous = {s: handler for s, handler in previous.items() if handler is not None}  # not set from Python
+    received: list[int] = []
+    for s in previous:
+        signal.signal(s, lambda signum, frame: received.append(signum))
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        for s in dict.fromkeys(received):
+            signal.raise_signal(s)
+
+
+@contextmanager
 def _atomic_target(path: Path, suffix: str) -> Iterator[str]:
     """A temporary file beside ``path`` for the block to write; moved over ``path`` with
-    ``os.replace`` (atomic on POSIX and Windows) when the block succeeds, removed in any case."""
+    ``os.replace`` (atomic on POSIX and Windows) when the block succeeds, removed in any case.
+    Interrupts wait for the write (:func:`interrupts_deferred`)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=suffix, dir=path.parent)
     os.close(fd)
     try:
-        yield tmp
-        os.replace(tmp, path)
+        with interrupts_deferred():
+            yield tmp
+            os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
