@@ -28,8 +28,9 @@ def pendulum(n_envs: int = 1):
 def test_without_signals_it_is_sb3_sac():
     ours = SAC("MlpPolicy", pendulum(), **FAST).learn(100)
     theirs = SB3SAC("MlpPolicy", pendulum(), **FAST).learn(100)
-    assert th.equal(params(ours), params(theirs))
+    assert th.equal(params(ours), params(theirs))  # ours steps Adam with foreach: the same
     assert ours.critic.q_networks[0][-1].out_features == 1
+    assert ours.actor.optimizer.defaults["foreach"] and ours.critic.optimizer.defaults["foreach"]
 
 
 def test_one_q_output_per_signal_and_logs():

@@ -59,6 +59,7 @@ from torch.nn import functional as F
 
 from unity_sb3.algorithms.action_masks import MaskReader, mask_reader
 from unity_sb3.algorithms.mixin import SignalsAndBCMixin, log_stats
+from unity_sb3.algorithms.optimizers import with_foreach_adam
 from unity_sb3.algorithms.reward_signals.settings import RewardSignalConfigError
 from unity_sb3.algorithms.sac.buffers import (
     MaskedDictReplayBuffer,
@@ -168,6 +169,7 @@ class SAC(BranchedTrainingMixin, SignalsAndBCMixin, SB3SAC, _OpenActionSpaces):
             )
         self.discrete_target_entropy_scale = float(discrete_target_entropy_scale)
         init_setup_model = kwargs.pop("_init_setup_model", True)
+        kwargs["policy_kwargs"] = with_foreach_adam(kwargs.get("policy_kwargs"))
         super().__init__(policy, env, *args, _init_setup_model=False, **kwargs)
         if init_setup_model:
             self._setup_model()
