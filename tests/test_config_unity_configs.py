@@ -19,6 +19,7 @@ import yaml
 
 from unity_sb3.config.mlagents import convert_mlagents_config, load_mlagents_hyperparams
 from unity_sb3.config.mlagents_schema import MLAgentsConfigError
+from unity_sb3.networks.conditioning import HyperNetwork
 
 CONFIGS = Path(__file__).resolve().parent / "data" / "unity_configs"
 
@@ -219,10 +220,11 @@ def test_unity_config_trains_unchanged_on_the_embedded_scene(
     if algo == "poca":
         assert model.time_horizon == data["behaviors"][next(iter(data["behaviors"]))]["time_horizon"]
     if scene == "GridWorld":
-        assert "goal signals GoalSensor condition" in capsys.readouterr().out
+        assert "goal signals GoalSensor generate the weights of" in capsys.readouterr().out
         # SAC's actor and critics have extractors of their own
         extractor = model.policy.features_extractor or model.policy.actor.features_extractor
         assert extractor.goal_keys == ["GoalSensor"]
+        assert isinstance(extractor.conditioning, HyperNetwork)  # ML-Agents' goal conditioning
 
 
 @pytest.mark.slow
