@@ -160,10 +160,8 @@ def compute_poca_returns(
     act_keys = group_keys[act_rows, act_cols]
     group_rows: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # key -> the steps of its rows, and V
     for k in np.flatnonzero(died):
-        t, i, u = int(act_rows[k]), int(act_cols[k]), int(act_ends[k])
-        key = int(group_keys[t, i])
-        living = owned[u] & ~dones[u]
-        if key in owner_keys[u, living]:
+        t, i, u, key = int(act_rows[k]), int(act_cols[k]), int(act_ends[k]), int(act_keys[k])
+        if key in owner_keys[u, owned[u] & ~dones[u]]:
             if key not in group_rows:
                 member = np.flatnonzero(act_keys == key)  # row-major: steps ascending
                 group_rows[key] = act_rows[member], values[act_rows[member], act_cols[member]]
