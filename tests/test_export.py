@@ -324,18 +324,28 @@ def test_channels_last_policy_space(tmp_path):
     assert_same_actions(model, path, spec)
 
 
-def test_dict_observations_follow_sensor_order_not_key_order(tmp_path):
-    # names sort differently from the sensor order: obs_0 is "zvec", obs_2 is "abuf"
-    spec = BehaviorSpec(
-        [vector(4, "zvec"), visual_hwc(name="cam"), buffer(name="abuf")], ActionSpec(0, (3, 2))
-    )
+#: a vector, an HWC image and a buffer sensor whose names sort differently from the sensor order
+#: (obs_0 is "zvec", obs_2 is "abuf"), and two masked branches
+SENSOR_ORDER = BehaviorSpec(
+    [vector(4, "zvec"), visual_hwc(name="cam"), buffer(name="abuf")], ActionSpec(0, (3, 2))
+)
+
+
+def sensor_order_model() -> Any:
+    """A decisive MaskablePPO for :data:`SENSOR_ORDER`."""
     model = make_model(
         MaskablePPO,
-        spec,
+        SENSOR_ORDER,
         "MultiInputPolicy",
         policy_kwargs=dict(net_arch=[16], features_extractor_kwargs=dict(cnn_output_dim=16)),
     )
     scale_head(model, 30.0)
+    return model
+
+
+def test_dict_observations_follow_sensor_order_not_key_order(tmp_path):
+    spec = SENSOR_ORDER
+    model = sensor_order_model()
     path = export(model, tmp_path, spec)
     info = inspect_onnx(path)
     assert info.inputs == {

@@ -30,6 +30,7 @@ _LAZY: dict[str, str] = {
     "POCA": "unity_sb3.algorithms.poca",
     "RecurrentPOCA": "unity_sb3.algorithms.poca",
     "to_onnx": "unity_sb3.export",
+    "OnnxPolicy": "unity_sb3.export.onnx_policy",
     "RayUnityVecEnv": "unity_sb3.wrappers.ray_vec_env",
     "PettingZooVecEnv": "unity_sb3.wrappers.pettingzoo_vec_env",
     "UnityMultiInputExtractor": "unity_sb3.networks.extractors",

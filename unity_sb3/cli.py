@@ -178,8 +178,14 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
 
 def _add_eval(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("eval", help="evaluate a saved model")
-    p.add_argument("model", help="path to a saved model .zip (or a run folder)")
-    p.add_argument("--env", default=None, help="scene / build (default: the one the run used)")
+    p.add_argument(
+        "model",
+        help="a saved model .zip, a run's behavior folder, or an ONNX model in Unity's format (Unity's own "
+        "or exported; run as Unity's inference runs it, with --env)",
+    )
+    p.add_argument(
+        "--env", default=None, help="scene / build (default: the one the run used; required for .onnx)"
+    )
     p.add_argument("--algo", default=None, help="algorithm (default: the one the run used)")
     p.add_argument("--episodes", type=int, default=20)
     p.add_argument("--seed", type=int, default=1)
@@ -190,7 +196,7 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
         "--opponent",
         default=None,
         help="competitive scenes: play games against 'random', 'expert' (the scene's scripted player), "
-        "another model (.zip, checkpoint or behavior folder) or a self-play snapshot (STATE.selfplay.pt#K) "
+        "another model (.zip, checkpoint, behavior folder or .onnx) or a self-play snapshot (STATE.selfplay.pt#K) "
         "and report wins, draws, losses and the win rate",
     )
     p.add_argument(
@@ -260,13 +266,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"unity-sb3 train: error: {error}", file=sys.stderr)
             return 2
     if args.command == "eval":
-        if args.opponent is not None:
-            from unity_sb3.run_eval import evaluate_matches_from_args
+        from unity_sb3.run_eval import evaluate_from_args, evaluate_matches_from_args
+        from unity_sb3.unity.errors import UnityConfigurationError
 
-            return evaluate_matches_from_args(args)
-        from unity_sb3.run_eval import evaluate_from_args
-
-        return evaluate_from_args(args)
+        try:
+            return (evaluate_matches_from_args if args.opponent is not None else evaluate_from_args)(args)
+        except (UnityConfigurationError, FileNotFoundError) as error:  # the model or scene given is wrong
+            print(f"unity-sb3 eval: error: {error}", file=sys.stderr)
+            return 2
     if args.command == "scenes":
         from unity_sb3.scenes import describe_scene, list_scenes
 

@@ -15,6 +15,13 @@ model (``.zip`` or behavior folder: the algorithm and ``VecNormalize`` statistic
 folder) or a self-play snapshot (``<state>.selfplay.pt#k``: slot ``k`` of the pool, default the
 newest; it must be a snapshot of a policy like the model's). The games are counted by
 :func:`unity_sb3.selfplay.matches.play_matches`.
+
+The model and the opponent may also be ONNX files in Unity's format (``mlagents-learn``'s, or
+``unity-sb3 export``'s), run by :class:`~unity_sb3.export.onnx_policy.OnnxPolicy` as Unity's inference
+runs them; an ONNX model carries no run folder, so ``--env`` names the scene or build::
+
+    unity-sb3 eval 3DBall.onnx --env Ball3D --episodes 12
+    unity-sb3 eval results/Tennis_ppo/Tennis --opponent Tennis.onnx
 """
 
 from __future__ import annotations
@@ -126,27 +133,35 @@ def _team_of_model(names: list[str], behavior: str | None, team: int | None) -> 
 
 
 def evaluate_matches_from_args(args: argparse.Namespace) -> int:
-    """``unity-sb3 eval MODEL --opponent OPPONENT [--episodes N] [--team T]``: prints the results."""
+    """``unity-sb3 eval MODEL --opponent OPPONENT [--episodes N] [--team T]``: prints the results.
+
+    ``MODEL`` and ``OPPONENT`` may be ONNX models in Unity's format (then ``--env`` names the scene);
+    an ONNX model plays every behavior of its team.
+    """
     from unity_sb3.open import open_unity
     from unity_sb3.selfplay.matches import play_matches, policy_player, view_spec
+    from unity_sb3.wrappers.behavior import split_behavior_name
 
-    model, normalize, config = load_player_model(args.model, args.algo)
-    if args.env:
-        config.env = args.env
-    config.seed = args.seed
-    config.transport = args.transport
+    if _is_onnx(args.model):
+        model, normalize, config = None, None, _onnx_config(args)
+    else:
+        model, normalize, config = load_player_model(args.model, args.algo)
+        if args.env:
+            config.env = args.env
+        config.seed = args.seed
+        config.transport = args.transport
+    deterministic = not args.stochastic
     env = open_unity(config.env, **unity_open_kwargs(config))
     try:
         names = list(env.behavior_specs)
-        mine, team = _team_of_model(names, config.behavior, getattr(args, "team", None))
-        spec = view_spec(env, mine[0])
-        deterministic = not args.stochastic
-        players: dict[int, Any] = {
-            team: policy_player(model, spec, vec_normalize=normalize, deterministic=deterministic)
-        }
+        if model is None:
+            team = _team_of_onnx(names, getattr(args, "team", None))
+            players: dict[int, Any] = {team: _onnx_player(args.model, env, deterministic)}
+        else:
+            mine, team = _team_of_model(names, config.behavior, getattr(args, "team", None))
+            spec = view_spec(env, mine[0])
+            players = {team: policy_player(model, spec, vec_normalize=normalize, deterministic=deterministic)}
         opponent = _opponent(args.opponent, model, env, deterministic)
-        from unity_sb3.wrappers.behavior import split_behavior_name
-
         for name in names:
             other = split_behavior_name(name)[1]
             if other not in players:
@@ -156,8 +171,27 @@ def evaluate_matches_from_args(args: argparse.Namespace) -> int:
         )
     finally:
         env.close()
-    print(f"{config.behavior or config.env} ({config.algo}) vs {args.opponent} on {config.env}: {result}")
+    who = Path(args.model).name if model is None else f"{config.behavior or config.env} ({config.algo})"
+    print(f"{who} vs {args.opponent} on {config.env}: {result}")
     return 0
+
+
+def _team_of_onnx(names: list[str], team: int | None) -> int:
+    """The team an ONNX model plays: ``--team``, else the scene's first."""
+    from unity_sb3.unity.errors import UnityConfigurationError
+    from unity_sb3.wrappers.behavior import split_behavior_name
+
+    teams = sorted({split_behavior_name(n)[1] for n in names})
+    chosen = teams[0] if team is None else int(team)
+    if chosen not in teams:
+        raise UnityConfigurationError(f"the scene's teams are {teams}; --team {team} is not one of them")
+    return chosen
+
+
+def _onnx_player(path: str, env: Any, deterministic: bool) -> Any:
+    from unity_sb3.export.onnx_policy import OnnxPolicy
+
+    return OnnxPolicy(path, deterministic=deterministic).player(env)
 
 
 def _opponent(spec: str, model: Any, env: Any, deterministic: bool) -> Any:
@@ -166,7 +200,15 @@ def _opponent(spec: str, model: Any, env: Any, deterministic: bool) -> Any:
 
     if spec in ("random", "expert"):
         return lambda name: spec
+    if _is_onnx(spec):
+        player = _onnx_player(spec, env, deterministic)  # one model, its memories shared by its behaviors
+        return lambda name: player
     if ".selfplay.pt" in spec or spec.partition("#")[0].endswith("selfplay.pt"):
+        if model is None:
+            raise ValueError(
+                f"a self-play snapshot ({spec}) holds weights only; play it against the .zip model of the "
+                "run that saved it, not an ONNX model"
+            )
         weights = _snapshot(spec)
         return lambda name: policy_player(
             model, view_spec(env, name), weights=weights, deterministic=deterministic
@@ -244,7 +286,46 @@ def at_trained_lessons(config: RunConfig, model_path: Path, folder: Path) -> Run
     )
 
 
+def _is_onnx(path: str | Path) -> bool:
+    return str(path).partition("#")[0].lower().endswith(".onnx")
+
+
+def _onnx_config(args: argparse.Namespace) -> RunConfig:
+    """The run settings of an ONNX model's evaluation: it has no run folder, so ``--env`` names the scene."""
+    if not args.env:
+        from unity_sb3.unity.errors import UnityConfigurationError
+
+        raise UnityConfigurationError(
+            f"{args.model} is an ONNX model, which does not say which scene it was trained on; "
+            "name the scene or build with --env"
+        )
+    return RunConfig(env=args.env, seed=args.seed, transport=args.transport)
+
+
+def evaluate_onnx_from_args(args: argparse.Namespace) -> int:
+    """``unity-sb3 eval MODEL.onnx --env ENV``: Unity's inference of the model, as :class:`OnnxPolicy` runs it."""
+    import numpy as np
+
+    from unity_sb3.export.onnx_policy import OnnxPolicy, onnx_episode_returns
+    from unity_sb3.open import open_unity
+
+    config = _onnx_config(args)
+    policy = OnnxPolicy(args.model, deterministic=not args.stochastic)
+    env = open_unity(config.env, **unity_open_kwargs(config))
+    try:
+        returns = np.asarray(onnx_episode_returns(env, policy, args.episodes))
+    finally:
+        env.close()
+    print(
+        f"{Path(args.model).name} on {config.env}: mean reward {returns.mean():.2f} +/- {returns.std():.2f} "
+        f"over {args.episodes} episodes"
+    )
+    return 0
+
+
 def evaluate_from_args(args: argparse.Namespace) -> int:
+    if _is_onnx(args.model):
+        return evaluate_onnx_from_args(args)
     model_path, folder = _model_and_folder(args.model)
     config = at_trained_lessons(_saved_config(folder), model_path, folder)
     if args.env:

@@ -39,6 +39,9 @@ Both the stochastic and the deterministic outputs hold the deterministic action 
 distribution): Unity's *Deterministic Inference* switch therefore makes no difference, and the
 exported agent behaves as ``model.predict(obs, deterministic=True)``.
 
+Running a model in this format, one written here or one ``mlagents-learn`` trained, as Unity's
+inference runs it on a ``BaseEnv``: :class:`~unity_sb3.export.onnx_policy.OnnxPolicy`.
+
 Rounding to uint8 uses ``floor(255 x + 0.5)`` (opset 9 has no ``Round``), which differs from
 numpy's round-half-to-even only when ``255 x`` is exactly halfway between two integers. The
 hybrid bins are computed in float32 (Unity's engines have no float64), numpy computes the last
@@ -49,6 +52,7 @@ from __future__ import annotations
 
 from unity_sb3.export.command import export_from_args
 from unity_sb3.export.names import DEFAULT_OPSET, MODEL_EXPORT_VERSION
+from unity_sb3.export.onnx_policy import OnnxPolicy, onnx_episode_returns
 from unity_sb3.export.runtime import OnnxModelInfo, check_onnx, inspect_onnx, predict_unity_actions, run_onnx
 from unity_sb3.export.specs import infer_behavior_spec
 from unity_sb3.export.writer import to_onnx
@@ -57,10 +61,12 @@ __all__ = [
     "DEFAULT_OPSET",
     "MODEL_EXPORT_VERSION",
     "OnnxModelInfo",
+    "OnnxPolicy",
     "check_onnx",
     "export_from_args",
     "infer_behavior_spec",
     "inspect_onnx",
+    "onnx_episode_returns",
     "predict_unity_actions",
     "run_onnx",
     "to_onnx",

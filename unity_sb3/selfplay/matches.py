@@ -202,8 +202,10 @@ def play_matches(
         reset once, never closed.
     :param players: team -> its player: ``"random"``, ``"expert"`` (the scene's ``expert_actions``),
         an SB3 model or policy (see :func:`policy_player` for ``VecNormalize`` statistics and
-        snapshots), or ``answer(behavior_name, decision_steps) -> ActionTuple``. Every team of the
-        scene needs one; a player answers every behavior of its team.
+        snapshots), or ``answer(behavior_name, decision_steps) -> ActionTuple`` (an answer with an
+        ``end_episodes(agent_ids)`` method, as :class:`~unity_sb3.export.onnx_policy.OnnxPlayer`, is told
+        which of its agents' episodes ended). Every team of the scene needs one; a player answers every
+        behavior of its team.
     :param episodes: games to count (> 0).
     :param team: the team whose results are counted (default: the first key of ``players``).
     :param seed: seed of the random players.
@@ -236,8 +238,12 @@ def play_matches(
     while result.games < episodes:
         for name in names:
             decision, terminal = env.get_steps(name)
-            if team_of[name] == team and len(terminal):
-                _record(terminal, name, result)
+            if len(terminal):
+                if team_of[name] == team:
+                    _record(terminal, name, result)
+                end_episodes = getattr(answers[name], "end_episodes", None)
+                if end_episodes is not None:  # a player with memories (an ONNX model's) forgets the ended
+                    end_episodes(terminal.agent_id)
             if len(decision):
                 env.set_actions(name, answers[name](name, decision))
         env.step()
