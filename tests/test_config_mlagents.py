@@ -339,6 +339,51 @@ def test_engine_and_env_settings() -> None:
     assert run.num_envs == 4 and run.as_hyperparams()["num_envs"] == 4  # unity-sb3 train --num-envs
 
 
+def test_even_checkpoints_need_checkpoints_to_keep() -> None:
+    data = _load("3DBall_ppo.yaml")
+    data["behaviors"]["3DBall"].update(even_checkpoints=True, keep_checkpoints=0)
+    with pytest.raises(MLAgentsConfigError, match=r"keep_checkpoints is 0\. Give keep_checkpoints > 0"):
+        convert_mlagents_config(data)
+
+
+def test_the_configuration_mlagents_learn_writes_for_a_run() -> None:
+    """``results/<run-id>/configuration.yaml`` of mlagents-learn 1.1.0: every section with ML-Agents' defaults."""
+    run = convert_mlagents_config(CONFIGS / "Hallway_configuration.yaml")
+    assert run.algo == "ppo_memory" and run.n_timesteps == 10_000_000
+    assert run.open_kwargs["no_graphics"] is True and run.open_kwargs["no_graphics_monitor"] is False
+    assert run.cadence == {"checkpoint_every": 500000, "keep_checkpoints": 5, "summary_freq": 20000}
+    # the defaults written as nulls and falses ask for nothing; these settings do, and are left to flags
+    assert _unhonored(run) == {
+        "env_settings.env_path",
+        "env_settings.seed",
+        "checkpoint_settings.run_id",
+        "checkpoint_settings.resume",
+        "checkpoint_settings.results_dir",
+    }
+
+
+def test_no_graphics_monitor_gives_worker_0_graphics(monkeypatch) -> None:
+    import unity_sb3.open as open_module
+
+    data = _load("3DBall_ppo.yaml")
+    data["engine_settings"] = {"no_graphics": False, "no_graphics_monitor": True}
+    kwargs = convert_mlagents_config(data).open_kwargs
+    launched: dict[int, bool] = {}
+
+    def local_env(file_name, *, worker_id, no_graphics, **_):
+        launched[worker_id] = no_graphics
+        return SimpleNamespace()
+
+    monkeypatch.setattr(open_module, "LocalUnityEnvironment", local_env)
+    for worker in range(3):
+        open_module.open_unity("builds/Game.x86_64", worker_id=worker, **kwargs)
+    assert launched == {
+        0: False,
+        1: True,
+        2: True,
+    }  # as mlagents_envs: no_graphics or (monitor and worker != 0)
+
+
 def test_default_settings_fill_a_behavior() -> None:
     data = {
         "default_settings": {"trainer_type": "ppo", "hyperparameters": {"beta": 0.02}, "max_steps": 1000},
@@ -571,6 +616,16 @@ def test_save_replay_buffer_from_the_config_and_its_override(
         ({"checkpoint_interval": 500000}, {"checkpoint_every": 500000}),
         ({"summary_freq": "5.0e4"}, {"summary_freq": 50000}),
         ({"summary_freq": None, "keep_checkpoints": None}, {}),
+        # even_checkpoints: every max_steps / keep_checkpoints steps (3DBall_ppo.yaml: max_steps 500000)
+        (
+            {"even_checkpoints": True, "keep_checkpoints": 4, "checkpoint_interval": 1000},
+            {"checkpoint_every": 125000, "keep_checkpoints": 4},
+        ),
+        (
+            {"even_checkpoints": True},
+            {"checkpoint_every": 100000, "keep_checkpoints": 5},
+        ),  # ML-Agents' keep 5
+        ({"even_checkpoints": False, "checkpoint_interval": 1000}, {"checkpoint_every": 1000}),
     ],
 )
 def test_checkpoint_and_summary_cadence_map(settings: dict, cadence: dict) -> None:
@@ -595,6 +650,7 @@ def test_checkpoint_and_summary_cadence_map(settings: dict, cadence: dict) -> No
         ("checkpoint_interval", 0, "checkpoint_interval must be >= 1"),
         ("summary_freq", 1.5, "summary_freq must be a whole number"),
         ("keep_checkpoints", "many", "keep_checkpoints must be a number"),
+        ("even_checkpoints", "yes", "even_checkpoints must be true or false"),
     ],
 )
 def test_bad_cadence_values(key: str, value, match: str) -> None:

@@ -65,6 +65,7 @@ def open_unity(
     find_free_port: bool = False,
     seed: int = 0,
     no_graphics: bool = True,
+    no_graphics_monitor: bool = False,
     timeout_wait: float = 60,
     additional_args: list[str] | None = None,
     log_folder: str | None = None,
@@ -89,6 +90,8 @@ def open_unity(
         seeds environment-parameter samplers without their own seed.
     :param no_graphics: launch builds with ``-nographics -batchmode`` (no rendering, so no
         visual observations).
+    :param no_graphics_monitor: launch worker 0 with graphics and every other worker without, to
+        watch one instance while the others train headless (mlagents-learn's ``--no-graphics-monitor``).
     :param timeout_wait: seconds to wait for Unity to connect and for each step.
     :param additional_args: more command-line arguments for the build.
     :param log_folder: where the build writes ``Player-<worker_id>.log`` (and the captured
@@ -122,6 +125,7 @@ def open_unity(
         channels.parameters = environment_parameters
         environment_parameters.apply(channels.environment_parameters)
     graphics_off = no_graphics if settings.no_graphics is None else settings.no_graphics
+    graphics_off = graphics_off or (no_graphics_monitor and worker_id != 0)  # as mlagents_envs decides it
 
     env: Any
     if kind == "scene" and transport != "player":

@@ -237,15 +237,22 @@ def _map_top_level(m: _Mapper, data: Mapping[str, Any]) -> None:
     if engine:
         _check_keys(engine, ENGINE_KEYS, "engine_settings")
         engine = dict(engine)
-        no_graphics = engine.pop("no_graphics", None)
-        if no_graphics is not None:
-            m.run.open_kwargs["no_graphics"] = bool(no_graphics)
-            m.row("engine_settings.no_graphics", no_graphics, f"open_unity(no_graphics={bool(no_graphics)})")
+        flags = (
+            "no_graphics",
+            "no_graphics_monitor",
+        )  # command-line flags of the build, not channel messages
+        for key in flags:
+            value = engine.pop(key, None)
+            if value is not None:
+                value = validation.flag(value, f"engine_settings.{key}", MLAgentsConfigError)
+                m.run.open_kwargs[key] = value
+                note = "worker 0 with graphics, the others without, as ML-Agents" if key == flags[1] else ""
+                m.row(f"engine_settings.{key}", value, f"open_unity({key}={value})", note)
         if engine:
             from unity_sb3.unity.channels import EngineSettings
 
             defaults = EngineSettings()
-            full = {k: engine.get(k, getattr(defaults, k)) for k in ENGINE_KEYS if k != "no_graphics"}
+            full = {k: engine.get(k, getattr(defaults, k)) for k in ENGINE_KEYS if k not in flags}
             EngineSettings(**full)  # validate
             m.run.open_kwargs["engine_settings"] = full
             m.row("engine_settings", _short(engine), "EngineSettings(...)", "replaces --time-scale")
@@ -275,6 +282,8 @@ def _map_top_level(m: _Mapper, data: Mapping[str, Any]) -> None:
                     f"unity-sb3 train --num-envs {n}",
                     "Unity instances; --num-envs wins",
                 )
+            elif key == "num_areas" and value == 1:
+                continue  # one area per instance: what every build does without the setting
             else:
                 flag = {"env_path": "--env", "seed": "--seed"}.get(key)
                 why = f"give it on the command line ({flag})" if flag else "not supported by unity-sb3"
@@ -294,6 +303,8 @@ def _map_top_level(m: _Mapper, data: Mapping[str, Any]) -> None:
     if checkpoint:
         _check_keys(checkpoint, CHECKPOINT_KEYS, "checkpoint_settings")
         for key, value in checkpoint.items():
+            if value is None or value is False:  # asks for nothing (how mlagents-learn writes its defaults)
+                continue
             m.ignore(
                 f"checkpoint_settings.{key}",
                 value,

@@ -37,6 +37,7 @@ TRAINER_KEYS = (
     "init_path",
     "output_path",
     "keep_checkpoints",
+    "even_checkpoints",
     "checkpoint_interval",
     "max_steps",
     "time_horizon",
@@ -105,6 +106,9 @@ MEMORY_DEFAULTS: dict[str, Any] = {"sequence_length": 64, "memory_size": 128}
 TIME_HORIZON_DEFAULT = 64  # ML-Agents' TrainerSettings.time_horizon
 
 
+KEEP_CHECKPOINTS_DEFAULT = 5  # ML-Agents' TrainerSettings.keep_checkpoints
+
+
 BC_KEYS = ("demo_path", "steps", "strength", "samples_per_update", "num_epoch", "batch_size")
 
 
@@ -133,6 +137,7 @@ ENGINE_KEYS = (
     "target_frame_rate",
     "capture_frame_rate",
     "no_graphics",
+    "no_graphics_monitor",
 )
 
 

@@ -10,6 +10,7 @@ from unity_sb3.config.mlagents_schema import (
     _CADENCE,
     BC_KEYS,
     CONDITIONING_TYPES,
+    KEEP_CHECKPOINTS_DEFAULT,
     MEMORY_DEFAULTS,
     SCHEDULE_FLOORS,
     SCHEDULE_TYPES,
@@ -445,6 +446,7 @@ def _map_trainer_misc(m: _Mapper, settings: Mapping[str, Any]) -> None:
         value = max(_number(value, key, minimum, integer=True), 0)  # ML-Agents: <= 0 keeps all
         m.run.cadence[target] = int(value)
         m.row(key, int(value), f"unity-sb3 train {target}={int(value)}", note)
+    _map_even_checkpoints(m, settings)
     _map_self_play(m, settings.get("self_play"))
     output = settings.get("output_path")
     if output == "default":  # what ML-Agents' config upgrade writes: the run's own results folder
@@ -460,6 +462,29 @@ def _map_trainer_misc(m: _Mapper, settings: Mapping[str, Any]) -> None:
             if key == "threaded" and not settings[key]:
                 continue
             m.ignore(key, settings[key], why)
+
+
+def _map_even_checkpoints(m: _Mapper, settings: Mapping[str, Any]) -> None:
+    """``even_checkpoints``: ML-Agents then checkpoints every ``max_steps / keep_checkpoints`` steps
+    (``TrainerSettings._set_checkpoint_interval``), whatever ``checkpoint_interval`` says."""
+    even = settings.get("even_checkpoints")
+    if even is None or not validation.flag(even, "even_checkpoints", MLAgentsConfigError):
+        return
+    keep = int(settings.get("keep_checkpoints", KEEP_CHECKPOINTS_DEFAULT))
+    if keep <= 0:
+        raise MLAgentsConfigError(
+            f"even_checkpoints spreads keep_checkpoints checkpoints over max_steps; keep_checkpoints is {keep}. "
+            "Give keep_checkpoints > 0, or drop even_checkpoints and set checkpoint_interval."
+        )
+    every = max(int(m.run.n_timesteps / keep), 1)
+    m.run.cadence["checkpoint_every"] = every
+    m.run.cadence["keep_checkpoints"] = keep
+    m.row(
+        "even_checkpoints",
+        True,
+        f"unity-sb3 train checkpoint_every={every} keep_checkpoints={keep}",
+        "max_steps / keep_checkpoints, as ML-Agents; replaces checkpoint_interval",
+    )
 
 
 _SELF_PLAY_NOTES = {
