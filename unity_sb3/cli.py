@@ -105,6 +105,13 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--force", action="store_true", help="overwrite an existing run folder")
     p.add_argument(
+        "--initialize-from",
+        default=None,
+        metavar="RUN",
+        help="start from another run's weights (and normalizer statistics), at step 0 with this run's settings: "
+        "a run id under --results-dir, a run or behavior folder, or a model .zip (mlagents-learn's --initialize-from)",
+    )
+    p.add_argument(
         "--transport",
         choices=["player", "inprocess"],
         default=None,
@@ -257,12 +264,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "train":
         from unity_sb3.run_behaviors import train_from_args  # several behaviors / self-play, else run.py
-        from unity_sb3.run_state import ResumeError
+        from unity_sb3.run_state import RunStartError
 
         try:
             with _sigterm_as_interrupt():
                 return train_from_args(args)
-        except ResumeError as error:  # what was wrong and what to do, without a traceback
+        except RunStartError as error:  # what was wrong and what to do, without a traceback
             print(f"unity-sb3 train: error: {error}", file=sys.stderr)
             return 2
     if args.command == "eval":

@@ -37,8 +37,12 @@ from unity_sb3.callbacks.curriculum import CURRICULUM_FILE, _check_curriculum_st
 from unity_sb3.config.hyperparams import load_hyperparams
 from unity_sb3.run_state import (
     MODEL_FILE,
+    NORMALIZE_FILE,
+    InitializeError,
     curriculum_file_for,
     find_resume_point,
+    initialization_source,
+    initialize_parameters,
     load_replay_buffer_if_present,
     prepare_curriculum,
     save_curriculum_files,
@@ -94,6 +98,8 @@ class RunConfig:
     summary_freq: int | None = None
     #: a ``self_play`` section for every behavior, or behavior -> section (unity_sb3.run_behaviors)
     self_play: dict[str, Any] | None = None
+    #: the model a new run starts from (``--initialize-from``): a model file or a run / behavior folder
+    initialize_from: str | None = None
 
     @property
     def unity_seed(self) -> int:
@@ -240,7 +246,7 @@ def train(
     (run_dir / CONFIG_FILE).write_text(yaml.safe_dump(_plain(asdict(config)), sort_keys=False))
 
     env = make_vec_env(open_config, monitor_file)
-    stats_file = run_dir / "vecnormalize.pkl"
+    stats_file = run_dir / NORMALIZE_FILE
     env = _wrap_normalize(env, config, stats_file if resume else None)
     try:
         if start_from is not None:
@@ -258,6 +264,8 @@ def train(
                 tensorboard_log=str(run_dir / "tb"),
                 **hyperparams,
             )
+            if config.initialize_from:
+                initialize_parameters(model, initialization_source(config.initialize_from), env)
         remaining = config.n_timesteps - (model.num_timesteps if start_from else 0)
         extra = mlagents_callbacks(open_config.open_kwargs, config.behavior)
         curriculum = next((c for c in extra if isinstance(c, CurriculumCallback)), None)
@@ -482,7 +490,22 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     config.hyperparams = hyper
     if args.n_timesteps is not None:
         config.n_timesteps = args.n_timesteps
+    config.initialize_from = _initialize_from(args)
     return config
+
+
+def _initialize_from(args: argparse.Namespace) -> str | None:
+    """``--initialize-from``: a path as given, or a run id under ``--results-dir`` (as mlagents-learn's)."""
+    source = getattr(args, "initialize_from", None)
+    if not source:
+        return None
+    for path in (Path(source), Path(args.results_dir) / source):
+        if path.exists():  # checked before the run folder is made (or emptied by --force)
+            return str(path.resolve())
+    raise InitializeError(
+        f"--initialize-from {source}: no such model file or run folder, and no run {source!r} under "
+        f"{args.results_dir}. Give a model .zip, a checkpoint, a run folder or a run id."
+    )
 
 
 def _monitor_files(run_dir: Path) -> list[Path]:

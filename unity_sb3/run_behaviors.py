@@ -69,8 +69,11 @@ from unity_sb3.run import (
 )
 from unity_sb3.run_state import (
     MODEL_FILE,
+    NORMALIZE_FILE,
     curriculum_file_for,
     find_resume_point,
+    initialization_source,
+    initialize_parameters,
     prepare_curriculum,
     save_curriculum_files,
 )
@@ -384,7 +387,7 @@ def _factory(run: _Behavior, resume: bool, device: str, verbose: int) -> Any:
 
         config = run.config
         env = VecMonitor(view, filename=str(run.monitor_file()))
-        env = _wrap_normalize(env, config, run.dir / "vecnormalize.pkl" if resume else None)
+        env = _wrap_normalize(env, config, run.dir / NORMALIZE_FILE if resume else None)
         algo_cls = algorithm_class(config.algo)
         tensorboard = str(run.dir / "tb")
         if run.start_from is not None:
@@ -392,7 +395,7 @@ def _factory(run: _Behavior, resume: bool, device: str, verbose: int) -> Any:
             print(f"{run.name}: resuming from {run.start_from} at {model.num_timesteps} steps")
             return model
         policy, hyperparams = prepare_model_args(config.algo, config.policy, config.hyperparams, env)
-        return algo_cls(
+        model = algo_cls(
             policy,
             env,
             seed=config.seed,
@@ -401,6 +404,10 @@ def _factory(run: _Behavior, resume: bool, device: str, verbose: int) -> Any:
             tensorboard_log=tensorboard,
             **hyperparams,
         )
+        if config.initialize_from:
+            source = initialization_source(config.initialize_from, run.dir.name)
+            initialize_parameters(model, source, env)
+        return model
 
     return make
 
@@ -496,7 +503,7 @@ def _learn_and_save(
         if run.config.save_replay_buffer and not interrupted:
             save_replay_buffer_atomic(model, run.dir / "checkpoints" / "replay_buffer.pkl")
         if run.config.normalize and hasattr(run.env, "save"):
-            run.env.save(str(run.dir / "vecnormalize.pkl"))
+            run.env.save(str(run.dir / NORMALIZE_FILE))
         _export_onnx(run, model, trainer.views[name])
         _plot(run)
     state = "stopped early" if interrupted else "finished"

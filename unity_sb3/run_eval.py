@@ -41,12 +41,10 @@ from unity_sb3.run import (
     make_vec_env,
     unity_open_kwargs,
 )
-from unity_sb3.run_state import MODEL_FILE, at_saved_lessons, curriculum_file_for
+from unity_sb3.run_state import MODEL_FILE, NORMALIZE_FILE, at_saved_lessons, curriculum_file_for
 from unity_sb3.slots import predict_masks
 
 __all__ = ["at_trained_lessons", "evaluate_matches_from_args", "load_player_model"]
-
-NORMALIZE_FILE = "vecnormalize.pkl"
 
 
 def _model_and_folder(path: str | Path) -> tuple[Path, Path]:
@@ -235,7 +233,7 @@ def evaluate(
     env = make_vec_env(config)
     frames = []
     try:
-        stats = Path(model_path).parent / "vecnormalize.pkl"
+        stats = Path(model_path).parent / NORMALIZE_FILE
         if config.normalize and stats.exists():
             from stable_baselines3.common.vec_env import VecNormalize
 

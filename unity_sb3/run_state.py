@@ -1,9 +1,12 @@
-"""What a run folder keeps for ``--resume``: the model to start from, the curriculum state, the replay buffer.
+"""What a run starts from: for ``--resume`` its own folder's model, curriculum state and replay buffer;
+for ``--initialize-from`` another run's weights.
 
 :func:`find_resume_point` picks the newest model or checkpoint that reads completely;
 :func:`save_curriculum_files` / :func:`prepare_curriculum` write and read the curriculum lessons
 saved with each model (``curriculum.json``, and a copy beside each checkpoint), and
-:func:`load_replay_buffer_if_present` the replay buffer of an off-policy model. Used by
+:func:`load_replay_buffer_if_present` the replay buffer of an off-policy model;
+:func:`initialization_source` and :func:`initialize_parameters` give a new model another run's
+weights (mlagents-learn's ``--initialize-from``). Used by
 :mod:`unity_sb3.run` (one behavior) and :mod:`unity_sb3.run_behaviors` (several).
 """
 
@@ -25,11 +28,15 @@ from unity_sb3.callbacks.curriculum import (
 __all__ = [
     "CHECKPOINT_CURRICULUM_SUFFIX",
     "MODEL_FILE",
+    "InitializeError",
     "ResumeError",
+    "RunStartError",
     "at_saved_lessons",
     "curriculum_file_for",
     "curriculum_parameters",
     "find_resume_point",
+    "initialization_source",
+    "initialize_parameters",
     "load_lessons",
     "load_replay_buffer_if_present",
     "prepare_curriculum",
@@ -39,8 +46,19 @@ __all__ = [
 MODEL_FILE = "model.zip"
 
 
-class ResumeError(FileNotFoundError):
+NORMALIZE_FILE = "vecnormalize.pkl"
+
+
+class RunStartError(Exception):
+    """A run cannot start from the saved state it was pointed at (the message says what to do)."""
+
+
+class ResumeError(RunStartError, FileNotFoundError):
     """``--resume`` found nothing to start from: no model, or none that reads."""
+
+
+class InitializeError(RunStartError):
+    """``--initialize-from`` names no model, or one whose network does not fit the run's."""
 
 
 def find_resume_point(run_dir: str | Path) -> Path:
@@ -253,3 +271,53 @@ def load_replay_buffer_if_present(model: Any, path: str | Path) -> bool:
     model.replay_buffer.device = model.device
     print(f"Loaded the replay buffer {path} ({model.replay_buffer.size()} transitions per slot)")
     return True
+
+
+def initialization_source(source: str | Path, behavior_dir: str | None = None) -> Path:
+    """The model file ``--initialize-from source`` names for one behavior.
+
+    :param source: a model ``.zip`` or checkpoint, a run's behavior folder, or a run folder (of one
+        behavior, or of several: then ``behavior_dir`` picks its folder).
+    :param behavior_dir: the folder name of the behavior being trained, in a run of several.
+    :raises InitializeError: nothing to load there (the message lists what was looked for).
+    """
+    path = Path(source)
+    if path.is_dir() and behavior_dir is not None and (path / behavior_dir).is_dir():
+        path = path / behavior_dir
+    if path.is_dir():
+        path = path / MODEL_FILE
+    if not path.is_file():
+        where = f" or {Path(source) / behavior_dir / MODEL_FILE}" if behavior_dir else ""
+        raise InitializeError(
+            f"--initialize-from {source}: no model at {path}{where}. Give a model .zip, a checkpoint, or the "
+            "folder of a finished run (a run id under --results-dir works too)."
+        )
+    return path
+
+
+def initialize_parameters(model: Any, path: Path, env: Any) -> None:
+    """Give a new ``model`` the weights (and optimizer state) of the model saved at ``path``, and ``env``
+    the observation statistics saved beside it when both normalize, as mlagents-learn's
+    ``--initialize-from`` carries a policy and its normalizer into a new run. The step count stays 0.
+
+    :raises InitializeError: the saved network does not fit ``model``'s (another algorithm, behavior
+        or network settings).
+    """
+    try:
+        model.set_parameters(str(path), exact_match=True, device=model.device)
+    except (RuntimeError, ValueError, KeyError) as error:
+        first = str(error).strip().splitlines()[0]
+        raise InitializeError(
+            f"--initialize-from {path}: its network does not fit this run's {type(model).__name__} "
+            f"({first}). Initialize from a model of the same algorithm, behavior and network settings."
+        ) from error
+    folder = path.parent.parent if path.parent.name == "checkpoints" else path.parent
+    stats = folder / NORMALIZE_FILE
+    if stats.is_file() and hasattr(env, "obs_rms"):
+        from stable_baselines3.common.vec_env import VecNormalize
+
+        saved = VecNormalize.load(str(stats), env.venv)
+        env.obs_rms, env.ret_rms = saved.obs_rms, saved.ret_rms
+    print(
+        f"Initialized from {path}" + (f" and {stats}" if stats.is_file() and hasattr(env, "obs_rms") else "")
+    )

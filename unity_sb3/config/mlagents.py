@@ -308,7 +308,7 @@ def _map_top_level(m: _Mapper, data: Mapping[str, Any]) -> None:
             m.ignore(
                 f"checkpoint_settings.{key}",
                 value,
-                "use unity-sb3 train --run-id/--results-dir/--resume/--force",
+                "use unity-sb3 train --run-id/--results-dir/--resume/--force/--initialize-from",
             )
     torch_settings = data.get("torch_settings")
     if torch_settings:

@@ -455,7 +455,8 @@ def _map_trainer_misc(m: _Mapper, settings: Mapping[str, Any]) -> None:
         m.ignore("output_path", output, "unity-sb3 train writes under --results-dir/--run-id; pass those")
     ignored = {
         "threaded": "SB3 collects and updates in one thread",
-        "init_path": "load the model with ALGO.load(path) and continue with learn()",
+        "init_path": "give unity-sb3 train --initialize-from RUN (a unity-sb3 run: ML-Agents' .pt checkpoints do "
+        "not load into SB3 models)",
     }
     for key, why in ignored.items():
         if key in settings and settings[key] is not None:
