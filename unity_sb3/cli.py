@@ -74,6 +74,13 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
         ),
     )
     p.add_argument("--config", help="hyperparameters: an RL Zoo style YAML or an ML-Agents trainer YAML")
+    p.add_argument(
+        "trainer_config",
+        nargs="?",
+        default=None,
+        metavar="CONFIG",
+        help="the same as --config, where mlagents-learn takes its trainer YAML",
+    )
     p.add_argument("--behavior", help="behavior name (when the scene has several)")
     p.add_argument(
         "--demo-path",
@@ -177,7 +184,15 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
         metavar="SECONDS",
         help="the window of --restarts-rate-limit-n (default 60)",
     )
-    p.add_argument("--device", default="auto")
+    p.add_argument(
+        "--base-port",
+        type=int,
+        default=None,
+        help="port of Unity worker 0 (builds; default 5005, as mlagents-learn); the instances take the next ones",
+    )
+    p.add_argument(
+        "--device", "--torch-device", dest="device", default="auto", help="torch device (default: auto)"
+    )
     p.add_argument("--num-threads", type=int, default=1, help="torch CPU threads (0: torch's default)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("-v", "--verbose", type=int, default=0)
@@ -261,8 +276,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv:
         argv = ["train"]
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     if args.command == "train":
+        if args.trainer_config is not None:
+            if args.config is not None and args.config != args.trainer_config:
+                parser.error(
+                    f"two trainer configs: {args.trainer_config} and --config {args.config}; give one"
+                )
+            args.config = args.trainer_config
         from unity_sb3.run_behaviors import train_from_args  # several behaviors / self-play, else run.py
         from unity_sb3.run_state import RunStartError
 

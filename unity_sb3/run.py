@@ -441,6 +441,14 @@ def resumed_config(saved: dict[str, Any], args: argparse.Namespace) -> RunConfig
 
 
 def config_from_args(args: argparse.Namespace) -> RunConfig:
+    """:func:`run_config_from_args` with ``--base-port`` on top (new runs and resumed ones alike)."""
+    config = run_config_from_args(args)
+    if getattr(args, "base_port", None) is not None:
+        config.open_kwargs = {**config.open_kwargs, "base_port": int(args.base_port)}
+    return config
+
+
+def run_config_from_args(args: argparse.Namespace) -> RunConfig:
     """Build a :class:`RunConfig` from ``unity-sb3 train`` arguments and the hyperparameter files.
 
     Restart limits, ``save_replay_buffer``, ``checkpoint_every``, ``keep_checkpoints`` and
