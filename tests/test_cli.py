@@ -120,16 +120,19 @@ def test_no_arguments_means_train() -> None:
 
 
 def test_mlagents_learn_spelling_of_the_config_port_and_device(tmp_path: Path, config: Path, capsys) -> None:
-    """``unity-sb3 train CONFIG --base-port N --torch-device D``, as ``mlagents-learn`` is called."""
+    """``unity-sb3 train CONFIG --base-port N --torch-device D --env-args ...``, as mlagents-learn is called."""
     from unity_sb3.run import config_from_args
 
-    args = build_parser().parse_args(["train", str(config), "--base-port", "6000", "--torch-device", "cpu"])
+    args = build_parser().parse_args(
+        ["train", str(config), "--base-port", "6000", "--torch-device", "cpu", "--env-args", "-logFile", "-"]
+    )
     main_args = ["train", str(config), "--results-dir", str(tmp_path), "--run-id", "r", *TINY]
     assert main(main_args) == 0
     assert yaml.safe_load((tmp_path / "r" / "config.yaml").read_text())["hyperparams"]["n_steps"] == 25
     args.config = args.trainer_config
     run = config_from_args(args)
     assert run.open_kwargs["base_port"] == 6000 and args.device == "cpu" and run.hyperparams["n_steps"] == 25
+    assert run.open_kwargs["additional_args"] == ["-logFile", "-"]
     with pytest.raises(SystemExit):
         main(["train", str(config), "--config", "other.yml"])
     assert "two trainer configs" in capsys.readouterr().err

@@ -193,6 +193,13 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--device", "--torch-device", dest="device", default="auto", help="torch device (default: auto)"
     )
+    p.add_argument(
+        "--env-args",
+        nargs=argparse.REMAINDER,
+        default=None,
+        help="everything after it goes to the Unity build's command line (as mlagents-learn's --env-args); "
+        "give it last",
+    )
     p.add_argument("--num-threads", type=int, default=1, help="torch CPU threads (0: torch's default)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("-v", "--verbose", type=int, default=0)
