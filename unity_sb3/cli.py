@@ -233,6 +233,26 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
     )
 
 
+def _add_record(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("record", help="record demonstrations as a Unity .demo file (for GAIL and BC)")
+    p.add_argument(
+        "player",
+        help="'expert' (the embedded scene's scripted player), 'random', an ONNX model in Unity's format, or a "
+        "trained model (.zip, checkpoint or behavior folder)",
+    )
+    p.add_argument("--env", required=True, help="embedded scene name, a Unity build path, or 'editor'")
+    p.add_argument("--output", required=True, help="the .demo file to write (written whole, or not at all)")
+    p.add_argument("--episodes", type=int, default=None, help="complete agent episodes to record")
+    p.add_argument("--steps", type=int, default=None, help="agent steps to record (Unity's NumStepsToRecord)")
+    p.add_argument("--behavior", default=None, help="the behavior to record (when the scene has several)")
+    p.add_argument("--name", default=None, help="the demonstration's name in the file (default: the file's)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--transport", choices=["player", "inprocess"], default="inprocess")
+    p.add_argument(
+        "--stochastic", action="store_true", help="models sample their actions instead of the mode"
+    )
+
+
 def _add_scenes(sub: argparse._SubParsersAction) -> None:
     sub.add_parser("scenes", help="list the embedded scenes and their behaviors")
 
@@ -256,7 +276,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Train Unity ML-Agents scenes with Stable-Baselines3.",
     )
     sub = parser.add_subparsers(dest="command")
-    for add in (_add_train, _add_eval, _add_scenes, _add_demo_info, _add_export):
+    for add in (_add_train, _add_eval, _add_record, _add_scenes, _add_demo_info, _add_export):
         add(sub)
     return parser
 
@@ -309,6 +329,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             return (evaluate_matches_from_args if args.opponent is not None else evaluate_from_args)(args)
         except (UnityConfigurationError, FileNotFoundError) as error:  # the model or scene given is wrong
             print(f"unity-sb3 eval: error: {error}", file=sys.stderr)
+            return 2
+    if args.command == "record":
+        from unity_sb3.run_record import record_from_args
+        from unity_sb3.unity.errors import UnityConfigurationError
+
+        try:
+            return record_from_args(args)
+        except (UnityConfigurationError, FileNotFoundError) as error:
+            print(f"unity-sb3 record: error: {error}", file=sys.stderr)
             return 2
     if args.command == "scenes":
         from unity_sb3.scenes import describe_scene, list_scenes
