@@ -27,8 +27,12 @@ def test_train_writes_the_run_folder(tmp_path: Path, config: Path) -> None:
     code = main(["train", "--results-dir", str(results), "--config", str(config), *TINY])
     assert code == 0
     run = results / "Ball3D_ppo"
-    for name in ("model.zip", "config.yaml", "monitor.csv", "learning_curve.png"):
+    for name in ("model.zip", "model.onnx", "config.yaml", "monitor.csv", "learning_curve.png"):
         assert (run / name).is_file(), name
+    from unity_sb3.export import check_onnx
+    from unity_sb3.scenes import make_scene
+
+    assert check_onnx(run / "model.onnx", make_scene("Ball3D").behavior_specs["3DBall?team=0"]) == []
     assert list_checkpoints(run / "checkpoints"), "periodic checkpoints were written"
     assert any((run / "tb").iterdir()), "TensorBoard logs were written"
     saved = yaml.safe_load((run / "config.yaml").read_text())
@@ -39,6 +43,25 @@ def test_train_writes_the_run_folder(tmp_path: Path, config: Path) -> None:
     assert (results / "Ball3D_ppo-2" / "model.zip").is_file()
     # an explicit run id that exists is refused unless --resume or --force
     assert main(["train", "--results-dir", str(results), "--run-id", "Ball3D_ppo", *TINY]) == 2
+
+
+def test_a_failed_onnx_export_keeps_the_model_and_drops_a_stale_onnx(
+    tmp_path: Path, config: Path, monkeypatch
+) -> None:
+    import unity_sb3.export.command as command
+
+    args = ["train", "--results-dir", str(tmp_path), "--run-id", "r", "--config", str(config), *TINY]
+    assert main(args) == 0 and (tmp_path / "r" / "model.onnx").is_file()
+
+    def unsupported(*_, **__):
+        raise TypeError("no exporter for this policy")
+
+    monkeypatch.setattr(command, "to_onnx", unsupported)
+    with pytest.warns(
+        UserWarning, match="no ONNX export \\(TypeError: no exporter for this policy\\); model.zip is saved"
+    ):
+        assert main([*args[: -len(TINY)], *TINY[2:], "--n-timesteps", "900", "--resume"]) == 0
+    assert (tmp_path / "r" / "model.zip").is_file() and not (tmp_path / "r" / "model.onnx").exists()
 
 
 def test_resume_continues_to_the_requested_total(tmp_path: Path, config: Path) -> None:

@@ -229,6 +229,7 @@ def train(
     from unity_sb3.callbacks.curriculum import CurriculumCallback, mlagents_callbacks
     from unity_sb3.callbacks.progress import LiveProgressCallback
     from unity_sb3.config.model_args import prepare_model_args
+    from unity_sb3.export.command import ONNX_FILE, export_beside
     from unity_sb3.plotting import plot_learning_curve
 
     run_dir = Path(run_dir)
@@ -308,6 +309,9 @@ def train(
             path = checkpoint.save_now()
             print(f"\nInterrupted: saved checkpoint {path}; continue with --resume")
         model_path = save_atomic(model, run_dir / MODEL_FILE)
+        export_beside(
+            model, run_dir, env.unwrapped.spaces.spec, env if config.normalize else None, str(run_dir)
+        )
         save_curriculum()
         if config.save_replay_buffer and not interrupted:  # an interrupt's checkpoint saved it already
             # --resume may start from model.zip: keep the buffer as new as the newest model
@@ -322,7 +326,9 @@ def train(
         _monitor_files(run_dir), curve, title=f"{config.algo.upper()} on {config.env}", concatenate=True
     )
     state = "stopped early" if interrupted else "finished"
-    print(f"Training {state} after {elapsed:.0f} s. Model: {model_path}  Learning curve: {curve}")
+    onnx = run_dir / ONNX_FILE
+    exported = f"  ONNX for Unity: {onnx}" if onnx.is_file() else ""
+    print(f"Training {state} after {elapsed:.0f} s. Model: {model_path}{exported}  Learning curve: {curve}")
     return model_path
 
 

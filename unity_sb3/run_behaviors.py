@@ -83,7 +83,6 @@ __all__ = ["SELF_PLAY_FILE", "plan_behaviors", "self_play_for", "train_behaviors
 
 #: the self-play state saved with a behavior's ``model.zip`` (checkpoints keep their own copy)
 SELF_PLAY_FILE = "selfplay.pt"
-ONNX_FILE = "model.onnx"
 
 
 def self_play_for(section: Mapping[str, Any] | None, behavior: str) -> SelfPlaySettings | None:
@@ -525,16 +524,10 @@ def _export_onnx(run: _Behavior, model: Any, view: Any) -> None:
     """``model.onnx`` beside ``model.zip``, or a warning when the export does not support the model."""
     from stable_baselines3.common.vec_env import VecNormalize
 
-    from unity_sb3.export import to_onnx
+    from unity_sb3.export.command import export_beside
 
     normalize = run.env if isinstance(run.env, VecNormalize) else None
-    try:
-        to_onnx(model, run.dir / ONNX_FILE, behavior_spec=view.spaces.spec, vec_normalize=normalize)
-    except Exception as error:  # an unsupported algorithm or policy must not lose the trained models
-        warnings.warn(
-            f"{run.name}: no ONNX export ({type(error).__name__}: {error}); model.zip is saved",
-            stacklevel=3,
-        )
+    export_beside(model, run.dir, view.spaces.spec, normalize, run.name)
 
 
 def _plot(run: _Behavior) -> None:

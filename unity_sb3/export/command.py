@@ -10,6 +10,36 @@ from mlagents_envs.base_env import BehaviorSpec
 from unity_sb3.export.runtime import inspect_onnx
 from unity_sb3.export.writer import to_onnx
 
+#: the ONNX file a training run writes beside its ``model.zip``
+ONNX_FILE = "model.onnx"
+
+
+def export_beside(
+    model: Any, folder: Path, behavior_spec: BehaviorSpec, vec_normalize: Any, name: str
+) -> Path | None:
+    """Write ``folder/model.onnx`` at the end of a training run, as mlagents-learn writes its ``.onnx``.
+
+    :param model: the trained model.
+    :param folder: the run's (or behavior's) folder.
+    :param behavior_spec: the spec of the behavior the model was trained on.
+    :param vec_normalize: the run's ``VecNormalize`` (statistics baked in), or ``None``.
+    :param name: the run or behavior, for the warning.
+    :return: the file, or ``None`` (with a warning) when the export does not support the model: the
+        trained ``model.zip`` is what must not be lost.
+    """
+    import warnings
+
+    try:
+        return to_onnx(model, folder / ONNX_FILE, behavior_spec=behavior_spec, vec_normalize=vec_normalize)
+    except Exception as error:  # an unsupported algorithm or policy must not lose the trained model
+        stale = folder / ONNX_FILE
+        if stale.is_file():  # an earlier segment's export no longer matches model.zip
+            stale.unlink()
+        warnings.warn(
+            f"{name}: no ONNX export ({type(error).__name__}: {error}); model.zip is saved", stacklevel=2
+        )
+        return None
+
 
 def export_from_args(args: Any) -> int:
     """``unity-sb3 export MODEL_ZIP [--algo ALGO] [--output PATH] [--env SCENE]``."""
