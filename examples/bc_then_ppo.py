@@ -1,11 +1,14 @@
 """Behavioral cloning from a ``.demo`` file, then PPO fine-tuning with a BC term, on Ball3D.
 
     python examples/bc_then_ppo.py                                   # record the scripted expert first
+    python examples/bc_then_ppo.py --teacher path/to/3DBall.onnx     # or Unity's own trained policy
     python examples/bc_then_ppo.py --demo path/to/Expert3DBall.demo  # or use a Unity recording
 
-Without ``--demo`` the script drives the embedded Ball3D scene with its scripted expert and
-records it into a ``.demo`` file, in the format Unity's DemonstrationRecorder writes. Any
-``.demo`` of a behavior with 8 observations and 2 continuous actions fits, such as the
+Without ``--demo`` the script drives the embedded Ball3D scene with a teacher and records it
+into a ``.demo`` file, in the format Unity's DemonstrationRecorder writes: the scene's scripted
+expert, or with ``--teacher`` an ONNX model in Unity's format (the 3DBall.onnx Unity trained and
+ships, say), run as Unity's inference runs it (``unity_sb3.OnnxPolicy``). Any ``.demo`` of a
+behavior with 8 observations and 2 continuous actions fits ``--demo``, such as the
 Expert3DBall.demo that ships with Unity's ML-Agents project. Then:
 
 1. ``unity_sb3.pretrain_bc`` clones the demonstrations into PPO's actor (and, with
@@ -13,6 +16,9 @@ Expert3DBall.demo that ships with Unity's ML-Agents project. Then:
    cloned policy);
 2. ``unity_sb3.PPO(..., behavioral_cloning={...})`` fine-tunes with RL while a BC term, annealed
    to zero over the first half of training, keeps pulling towards the demonstrations.
+
+3. the model is exported to ONNX (``unity_sb3.to_onnx``) and that file is run on the scene the way
+   Unity would run it: the round trip back into Unity's format.
 
 Episodes here last at most ``--max-steps`` physics steps (a decision every 5), so the perfect
 score is ``0.1 * max_steps / 5`` (20 by default). The mean reward is printed after each stage.
@@ -31,13 +37,29 @@ from unity_sb3.demos import describe_demo, record_demo
 from unity_sb3.scenes import make_scene
 
 
-def record_expert(path: Path, n_records: int, max_steps: int, seed: int) -> None:
-    """Record ``n_records`` decisions of Ball3D's scripted expert into ``path``."""
+def record_teacher(path: Path, teacher: str, n_records: int, max_steps: int, seed: int) -> None:
+    """Record ``n_records`` decisions of ``teacher`` (``"expert"``: Ball3D's scripted expert; else a
+    Unity-format ``.onnx`` model) on Ball3D into ``path``."""
     scene = make_scene("Ball3D", seed=seed, max_steps=max_steps)
     behavior = next(iter(scene.behavior_specs))  # "3DBall?team=0"
+    if teacher == "expert":
+        policy = lambda steps: scene.expert_actions(behavior, steps)  # noqa: E731
+    else:
+        onnx = unity_sb3.OnnxPolicy(teacher, deterministic=True)  # as Unity's Deterministic Inference
+        policy = lambda steps: onnx.act(steps, scene.behavior_specs[behavior])  # noqa: E731
     path.parent.mkdir(parents=True, exist_ok=True)
-    record_demo(scene, behavior, lambda steps: scene.expert_actions(behavior, steps), path, n_steps=n_records)
+    record_demo(scene, behavior, policy, path, n_steps=n_records)
     scene.close()
+
+
+def onnx_score(path: Path, episodes: int, max_steps: int, seed: int) -> float:
+    """Mean episode return of an exported model on Ball3D, run as Unity's inference runs it."""
+    from unity_sb3.export import onnx_episode_returns
+
+    scene = make_scene("Ball3D", seed=seed, max_steps=max_steps)
+    returns = onnx_episode_returns(scene, unity_sb3.OnnxPolicy(path, deterministic=True), episodes)
+    scene.close()
+    return sum(returns) / len(returns)
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
@@ -45,6 +67,11 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--demo", help="a .demo file or folder to learn from (default: record one)")
+    parser.add_argument(
+        "--teacher",
+        default="expert",
+        help="'expert' (the scene's scripted player) or a Unity-format .onnx to record",
+    )
     parser.add_argument("--record-to", default="results/bc_then_ppo/ExpertBall3D.demo")
     parser.add_argument("--demo-records", type=int, default=6000, help="expert decisions to record")
     parser.add_argument("--pretrain-epochs", type=int, default=20)
@@ -60,7 +87,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     demo = args.demo
     if demo is None:
         demo = args.record_to
-        record_expert(Path(demo), args.demo_records, args.max_steps, seed=args.seed + 1)
+        record_teacher(Path(demo), args.teacher, args.demo_records, args.max_steps, seed=args.seed + 1)
     print(describe_demo(demo))
 
     env = VecMonitor(
@@ -92,6 +119,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     scores["after PPO + BC"] = score()
     Path(args.save_path).parent.mkdir(parents=True, exist_ok=True)
     model.save(args.save_path)
+    onnx = unity_sb3.to_onnx(model, f"{args.save_path}.onnx")
+    scores["exported ONNX"] = onnx_score(onnx, args.eval_episodes, args.max_steps, seed=args.seed + 2)
     print(", ".join(f"{stage}: {value:.2f}" for stage, value in scores.items()), "(mean reward)")
     env.close()
     return scores

@@ -113,8 +113,26 @@ def test_bc_then_ppo_records_the_expert(tmp_path, capsys):
         ]
     )
     assert demo.is_file() and "240 records" in capsys.readouterr().out
-    assert list(scores) == ["untrained", "after BC", "after PPO + BC"]
+    assert list(scores) == ["untrained", "after BC", "after PPO + BC", "exported ONNX"]
     assert all(0.0 <= s <= 0.1 * 100 / 5 + 1e-3 for s in scores.values())  # perfect score: 2.0
+    assert (tmp_path / "b.onnx").is_file()
+
+
+def test_bc_then_ppo_learns_from_unitys_own_trained_policy(tmp_path, capsys):
+    teacher = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "models" / "3DBall.onnx"
+    if not teacher.is_file():
+        pytest.skip(f"Unity's 3DBall.onnx not found at {teacher} (shared/ must sit beside the checkout)")
+    demo = tmp_path / "unity.demo"
+    scores = load("bc_then_ppo").main(
+        [
+            *("--teacher", str(teacher), "--record-to", str(demo), "--demo-records", "600"),
+            *("--pretrain-epochs", "30", "--timesteps", "48", "--n-steps", "4", "--max-steps", "100"),
+            *("--eval-episodes", "12", "--save-path", str(tmp_path / "b")),
+        ]
+    )
+    assert "600 records" in capsys.readouterr().out
+    # Unity's policy keeps every ball up (2.0 per 100-step episode); its clone does better than untrained
+    assert scores["after BC"] > scores["untrained"] and scores["exported ONNX"] > scores["untrained"]
 
 
 def test_bc_then_ppo_with_a_unity_recording(demo_dir, tmp_path, capsys):
@@ -126,7 +144,7 @@ def test_bc_then_ppo_with_a_unity_recording(demo_dir, tmp_path, capsys):
         ]
     )
     assert "3DBallLearning" in capsys.readouterr().out
-    assert len(scores) == 3 and (tmp_path / "b.zip").is_file()
+    assert len(scores) == 4 and (tmp_path / "b.zip").is_file() and (tmp_path / "b.onnx").is_file()
 
 
 def test_hallway_imitation_records_the_expert_and_trains_with_memory_gail_and_bc(tmp_path, capsys):
