@@ -14,8 +14,8 @@ from unity_sb3.algorithms.poca.networks import GroupCriticBody, ResidualSelfAtte
 
 def test_default_adam_is_a_multi_tensor_kernel():
     """POCA's default optimizer steps all parameters in one kernel (fused where torch has it)."""
+    from unity_sb3.algorithms.optimizers import adam_kernel_kwargs
     from unity_sb3.algorithms.poca import POCA
-    from unity_sb3.algorithms.poca.policies import adam_kernel_kwargs
 
     kwargs = adam_kernel_kwargs()
     assert kwargs in ({"fused": True}, {"foreach": True})

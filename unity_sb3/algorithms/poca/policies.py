@@ -11,7 +11,7 @@ observation separately, feeding :class:`~unity_sb3.algorithms.poca.networks.Grou
 from __future__ import annotations
 
 import math
-from functools import cache, partial
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -43,6 +43,7 @@ from unity_sb3.algorithms.distributions import (
     hybrid_predict_actions,
     is_hybrid_space,
 )
+from unity_sb3.algorithms.optimizers import adam_kernel_kwargs
 from unity_sb3.algorithms.poca.networks import GroupCriticBody
 
 # Observations with a leading (batch, n_members) shape, as a tensor or a dict of tensors.
@@ -435,25 +436,6 @@ class POCAPolicy(BasePolicy):
             members = th.cat([own_obs.unsqueeze(1), mate_obs], dim=1)
         own_mask = th.ones((mate_mask.shape[0], 1), dtype=th.bool, device=mate_mask.device)
         return members, th.cat([own_mask, mate_mask.bool()], dim=1)
-
-
-def adam_kernel_kwargs() -> dict[str, bool]:
-    """torch's fused Adam where this torch has it on CPU (2.4 on), else its ``foreach`` Adam.
-
-    With a few thousand weights in two dozen tensors (POCA at ML-Agents' test settings) the per-tensor
-    dispatch of the default CPU Adam is most of an optimizer step; the fused kernel updates every
-    tensor in one call (~3x faster here, the same Adam to float rounding).
-    """
-    return {"fused": True} if _fused_adam_on_cpu() else {"foreach": True}
-
-
-@cache
-def _fused_adam_on_cpu() -> bool:
-    try:
-        th.optim.Adam([nn.Parameter(th.zeros(1))], fused=True)
-    except (RuntimeError, ValueError, TypeError):
-        return False
-    return True
 
 
 def sample_masked_categorical(
