@@ -8,13 +8,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 from mlagents_envs.base_env import ActionSpec, BehaviorSpec, DecisionSteps
-from sb3_contrib import RecurrentPPO
+from sb3_contrib import MaskablePPO, RecurrentPPO
 from stable_baselines3 import PPO
 from test_export import (
     SENSOR_ORDER,
     export,
     make_model,
     random_masks,
+    scale_head,
     sensor_order_model,
     unity_observations,
     vector,
@@ -165,3 +166,43 @@ def test_cli_plays_games_between_onnx_models(tmp_path, capsys) -> None:
     assert f"policy.onnx vs {path} on Tennis: team 0:" in capsys.readouterr().out
     assert main([*args, "random", "--team", "5"]) == 2
     assert "the scene's teams are [0, 1]; --team 5 is not one of them" in capsys.readouterr().err
+
+
+def test_a_model_acts_on_what_the_protocol_delivers(tmp_path) -> None:
+    """Through the stand-in player (PNG images, masks and ids as a Unity build sends them), the model gets
+    exactly the inputs the SB3 policy it was exported from reads as the same observations."""
+    from unity_sb3.networks.extractors import UnityMultiInputExtractor
+    from unity_sb3.open import open_unity
+
+    env = open_unity("GridWorld", transport="player", find_free_port=True, num_agents=3, timeout_wait=60)
+    try:
+        env.reset()
+        name = next(iter(env.behavior_specs))
+        spec = env.behavior_specs[name]
+        model = make_model(
+            MaskablePPO,
+            spec,
+            "MultiInputPolicy",
+            policy_kwargs=dict(net_arch=[16], features_extractor_class=UnityMultiInputExtractor),
+        )
+        scale_head(model, 30.0)  # decisive: actions that differ between agents and steps
+        policy = OnnxPolicy(export(model, tmp_path, spec), deterministic=True)
+        answer = policy.player(env)
+        for _ in range(5):
+            dec, _ = env.get_steps(name)
+            feeds = policy.inputs(dec, spec)
+            assert feeds["obs_0"].shape[1:] == (3, 32, 32)  # NCHW, whatever layout the protocol's spec has
+            actions = answer(name, dec)
+            expected, _ = predict_unity_actions(
+                model,
+                [feeds[f"obs_{i}"] for i in range(len(spec.observation_specs))],
+                behavior_spec=spec,
+                action_masks=feeds["action_masks"].astype(bool),
+            )
+            np.testing.assert_array_equal(actions.discrete, expected.discrete)
+            masked = dec.action_mask[0]  # True = not allowed, as Unity sends it
+            assert masked.any() and not masked[np.arange(len(dec)), actions.discrete[:, 0]].any()
+            env.set_actions(name, actions)
+            env.step()
+    finally:
+        env.close()
