@@ -15,6 +15,7 @@ from gymnasium import spaces
 
 from unity_sb3.callbacks.curriculum import mlagents_callbacks
 from unity_sb3.config.mlagents import convert_mlagents_config, is_mlagents_config, load_mlagents_hyperparams
+from unity_sb3.config.mlagents_legacy import is_legacy_config, upgrade_legacy_config
 from unity_sb3.config.mlagents_schema import MLAgentsConfigError, MLAgentsConfigWarning
 from unity_sb3.config.model_args import prepare_model_args, resolve_schedule
 from unity_sb3.networks.extractors import UnityMultiInputExtractor
@@ -337,6 +338,62 @@ def test_engine_and_env_settings() -> None:
     assert run.open_kwargs["additional_args"] == ["-logFile", "-"] and run.open_kwargs["base_port"] == 6000
     assert {"checkpoint_settings.run_id", "torch_settings.device"} <= _unhonored(run)
     assert run.num_envs == 4 and run.as_hyperparams()["num_envs"] == 4  # unity-sb3 train --num-envs
+
+
+@pytest.mark.parametrize(
+    ("file", "behavior", "algo", "expected"),
+    [
+        # default section, then the behavior's own settings on top; flat keys to their sections
+        (
+            "legacy_ppo_trainer_config.yaml",
+            "3DBall",
+            "ppo",
+            {"batch_size": 64, "gae_lambda": 0.99, "n_timesteps": 500000},
+        ),
+        (
+            "legacy_ppo_trainer_config.yaml",
+            "Hallway",
+            "ppo_memory",
+            {"batch_size": 128, "n_timesteps": 10_000_000},
+        ),
+        ("legacy_ppo_trainer_config.yaml", "Pyramids", "ppo", {"batch_size": 128, "n_timesteps": 10_000_000}),
+        (
+            "legacy_sac_trainer_config.yaml",
+            "3DBall",
+            "sac",
+            {"batch_size": 64, "tau": 0.005, "n_timesteps": 500000},
+        ),
+    ],
+)
+def test_old_format_configs_map_as_their_upgrade_does(
+    file: str, behavior: str, algo: str, expected: dict
+) -> None:
+    run = convert_mlagents_config(CONFIGS / file, behavior=behavior)
+    hyper = run.as_hyperparams()
+    assert run.algo == algo and {k: hyper[k] for k in expected} == expected
+    assert run.rows[0].value == "ML-Agents <= 0.16 format"
+    current = convert_mlagents_config(upgrade_legacy_config(_load(file))[0], behavior=behavior)
+    assert current.as_hyperparams() == hyper  # the same run as the upgraded file gives
+
+
+def test_old_format_memory_signals_and_self_play() -> None:
+    hallway = convert_mlagents_config(CONFIGS / "legacy_ppo_trainer_config.yaml", behavior="Hallway")
+    assert hallway.as_hyperparams()["memory_size"] == 128  # use_recurrent + memory_size + sequence_length
+    pyramids = convert_mlagents_config(CONFIGS / "legacy_ppo_trainer_config.yaml", behavior="Pyramids")
+    assert set(pyramids.as_hyperparams()["reward_signals"]) == {"extrinsic", "curiosity"}
+    tennis = convert_mlagents_config(CONFIGS / "legacy_sac_trainer_config.yaml", behavior="Tennis")
+    assert tennis.self_play.play_against_latest_model_ratio == 0.5  # its 0.14-era name
+    # SAC's train_interval and num_update have no place in the current format: reported, not dropped silently
+    assert {"Tennis.num_update", "Tennis.train_interval"} == _unhonored(tennis)
+
+
+def test_old_format_errors_say_what_to_change() -> None:
+    with pytest.raises(MLAgentsConfigError, match="names its trainer with 'trainer: ppo'"):
+        convert_mlagents_config({"3DBall": {"batch_size": 64}, "default": {"beta": 0.01}})
+    with pytest.raises(MLAgentsConfigError, match="'offline_bc' trainer is a behavioral_cloning section"):
+        convert_mlagents_config({"3DBall": {"trainer": "offline_bc"}})
+    assert not is_legacy_config({"n_steps": 25, "batch_size": 100})  # a flat RL Zoo style file
+    assert not is_legacy_config({"unity_sb3/Ball3D-v0": {"n_steps": 25}})
 
 
 def test_even_checkpoints_need_checkpoints_to_keep() -> None:

@@ -54,6 +54,7 @@ import yaml
 
 from unity_sb3.callbacks.curriculum import CURRICULUM_FILE
 from unity_sb3.config.hyperparams import HYPERPARAMS_DIR, gym_id, read_yaml
+from unity_sb3.config.mlagents_legacy import is_legacy_config, upgrade_legacy_config
 from unity_sb3.run import (
     CONFIG_FILE,
     RunConfig,
@@ -140,6 +141,8 @@ def plan_behaviors(args: argparse.Namespace) -> dict[str, RunConfig] | None:
     _default_env_and_algo(args)
     saved = saved_run_config(args)
     data = read_yaml(args.config) if args.config else None
+    if data is not None and is_legacy_config(data):
+        data = upgrade_legacy_config(data)[0]  # (its mapping, with what it drops, is printed per behavior)
     if saved is not None and args.config is None:
         if "behaviors" not in saved:
             return None  # a single-behavior run: unity_sb3.run resumes it with its own settings

@@ -44,6 +44,7 @@ from typing import Any
 import yaml
 
 from unity_sb3 import validation
+from unity_sb3.config.mlagents_legacy import is_legacy_config, upgrade_legacy_config
 from unity_sb3.config.mlagents_schema import (
     CHECKPOINT_KEYS,
     ENGINE_KEYS,
@@ -84,8 +85,9 @@ __all__ = [
 
 
 def is_mlagents_config(data: Any) -> bool:
-    """Whether a loaded YAML mapping is an ML-Agents trainer config (it has ``behaviors:``)."""
-    return isinstance(data, Mapping) and "behaviors" in data
+    """Whether a loaded YAML mapping is an ML-Agents trainer config (it has ``behaviors:``, or it is in
+    the format of ML-Agents 0.16 and older, :func:`~unity_sb3.config.mlagents_legacy.is_legacy_config`)."""
+    return isinstance(data, Mapping) and ("behaviors" in data or is_legacy_config(data))
 
 
 def _load(config: str | Path | Mapping[str, Any]) -> dict[str, Any]:
@@ -160,6 +162,10 @@ def convert_mlagents_config(
         behavior that cannot be chosen.
     """
     data = _load(config)
+    legacy = is_legacy_config(data)
+    dropped: list[tuple[str, Any]] = []
+    if legacy:
+        data, dropped = upgrade_legacy_config(data)
     _check_keys(data, TOP_LEVEL_KEYS, "the ML-Agents config (top level)")
     behaviors = data.get("behaviors")
     if not isinstance(behaviors, Mapping) or not behaviors:
@@ -176,6 +182,16 @@ def convert_mlagents_config(
     _check_keys(settings, TRAINER_KEYS, where)
     trainer_type = _choice(settings.get("trainer_type", "ppo"), TRAINER_TYPES, f"{where}.trainer_type")
     m = _Mapper(name, trainer_type)
+    if legacy:
+        m.row(
+            "(the file)",
+            "ML-Agents <= 0.16 format",
+            "current format",
+            "converted as mlagents-upgrade-config does",
+        )
+        for key, value in dropped:
+            if key.partition(".")[0] == name:
+                m.ignore(key, value, "no place in the current format (mlagents-upgrade-config drops it)")
     m.row("trainer_type", trainer_type, f"algorithm {trainer_type}")
 
     hyper = dict(HYPERPARAMETER_DEFAULTS[trainer_type])

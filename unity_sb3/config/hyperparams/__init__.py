@@ -58,9 +58,9 @@ def load_hyperparams(
         params.update(yaml.unsafe_load(shipped.read_text()).get(key, {}))
     if config is not None:
         data = read_yaml(config)
-        if "behaviors" in data:
-            from unity_sb3.config.mlagents import load_mlagents_hyperparams
+        from unity_sb3.config.mlagents import is_mlagents_config, load_mlagents_hyperparams
 
+        if is_mlagents_config(data):
             return load_mlagents_hyperparams(data, behavior=behavior, env=env, demo_path=demo_path)
         if key in data:
             params.update(data[key])
