@@ -60,6 +60,15 @@ def test_a_trained_model_and_random_play_are_recorded(tmp_path: Path) -> None:
         assert len(demo.rewards) == 40 and set(np.unique(demo.discrete_actions)) <= {0, 1, 2}
 
 
+def test_a_scene_without_a_scripted_expert_says_so(tmp_path: Path, monkeypatch, capsys) -> None:
+    from unity_sb3.scenes.base import EmbeddedScene
+    from unity_sb3.scenes.basic import Basic
+
+    monkeypatch.setattr(Basic, "expert_actions", EmbeddedScene.expert_actions)  # the placeholder
+    code, _ = record(tmp_path, "expert", "Basic", "--episodes", "1")
+    assert code == 2 and "Basic has no scripted expert; record an ONNX model" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     ("player", "extra", "message"),
     [

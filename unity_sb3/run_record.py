@@ -57,11 +57,19 @@ def recording_policy(
     spec = env.behavior_specs[behavior_name]
     if player == "expert":
         expert = getattr(env, "expert_actions", None)
+        missing = (
+            f"{type(env).__name__} has no scripted expert; record an ONNX model or a trained model instead"
+        )
         if expert is None:
-            raise UnityConfigurationError(
-                f"{type(env).__name__} has no scripted expert; record an ONNX model or a trained model instead"
-            )
-        return lambda steps: expert(behavior_name, steps)
+            raise UnityConfigurationError(missing)
+
+        def scripted(steps: DecisionSteps) -> ActionTuple:
+            try:
+                return expert(behavior_name, steps)
+            except NotImplementedError:  # EmbeddedScene's placeholder
+                raise UnityConfigurationError(missing) from None
+
+        return scripted
     answer: Any
     if player == "random":
         answer = random_player(spec, seed)
