@@ -203,7 +203,9 @@ def _opponent(spec: str, model: Any, env: Any, deterministic: bool) -> Any:
         return lambda name: player
     if ".selfplay.pt" in spec or spec.partition("#")[0].endswith("selfplay.pt"):
         if model is None:
-            raise ValueError(
+            from unity_sb3.unity.errors import UnityConfigurationError
+
+            raise UnityConfigurationError(
                 f"a self-play snapshot ({spec}) holds weights only; play it against the .zip model of the "
                 "run that saved it, not an ONNX model"
             )

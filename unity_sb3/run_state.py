@@ -28,6 +28,7 @@ from unity_sb3.callbacks.curriculum import (
 __all__ = [
     "CHECKPOINT_CURRICULUM_SUFFIX",
     "MODEL_FILE",
+    "NORMALIZE_FILE",
     "InitializeError",
     "ResumeError",
     "RunStartError",
@@ -44,8 +45,6 @@ __all__ = [
 ]
 
 MODEL_FILE = "model.zip"
-
-
 NORMALIZE_FILE = "vecnormalize.pkl"
 
 
@@ -313,11 +312,11 @@ def initialize_parameters(model: Any, path: Path, env: Any) -> None:
         ) from error
     folder = path.parent.parent if path.parent.name == "checkpoints" else path.parent
     stats = folder / NORMALIZE_FILE
-    if stats.is_file() and hasattr(env, "obs_rms"):
-        from stable_baselines3.common.vec_env import VecNormalize
+    if not (stats.is_file() and hasattr(env, "obs_rms")):  # the run or its source does not normalize
+        print(f"Initialized from {path}")
+        return
+    from stable_baselines3.common.vec_env import VecNormalize
 
-        saved = VecNormalize.load(str(stats), env.venv)
-        env.obs_rms, env.ret_rms = saved.obs_rms, saved.ret_rms
-    print(
-        f"Initialized from {path}" + (f" and {stats}" if stats.is_file() and hasattr(env, "obs_rms") else "")
-    )
+    saved = VecNormalize.load(str(stats), env.venv)
+    env.obs_rms, env.ret_rms = saved.obs_rms, saved.ret_rms
+    print(f"Initialized from {path} and {stats}")

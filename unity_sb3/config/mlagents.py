@@ -253,10 +253,8 @@ def _map_top_level(m: _Mapper, data: Mapping[str, Any]) -> None:
     if engine:
         _check_keys(engine, ENGINE_KEYS, "engine_settings")
         engine = dict(engine)
-        flags = (
-            "no_graphics",
-            "no_graphics_monitor",
-        )  # command-line flags of the build, not channel messages
+        # flags of the build's command line, not channel messages
+        flags = ("no_graphics", "no_graphics_monitor")
         for key in flags:
             value = engine.pop(key, None)
             if value is not None:

@@ -19,8 +19,9 @@ trainer's hyperparameters, of the network (``normalize``, ``hidden_units``, ``nu
 ``vis_encode_type``; ``use_recurrent`` with ``sequence_length`` and ``memory_size`` becomes
 ``memory``) and of the trainer itself move to their sections. The 0.12-era ``pretraining`` section
 is ``behavioral_cloning``, and self-play's ``play_against_current_self_ratio`` is
-``play_against_latest_model_ratio`` (its later name). A setting that has no place in the current format (``train_interval``,
-``num_update``, ...) is reported, where ML-Agents' script drops it silently.
+``play_against_latest_model_ratio`` (its later name). A setting that has no place in the current
+format (``train_interval``, ``num_update``, ...) is reported, where ML-Agents' script drops it
+silently.
 """
 
 from __future__ import annotations

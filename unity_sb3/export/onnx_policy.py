@@ -116,13 +116,11 @@ class OnnxPolicy:
         """Raise :class:`UnityConfigurationError` naming every mismatch if the model does not fit."""
         if self._checked.get(behavior_name) == behavior_spec:
             return
-        problems = self.fits(behavior_spec)
+        problems = "; ".join(self.fits(behavior_spec))
         if problems:
             raise UnityConfigurationError(
-                f"{self.path.name} does not fit behavior {behavior_name!r}: "
-                + "; ".join(problems)
-                + ". Give "
-                "the model trained for this behavior (Unity checks the same when it loads a model)."
+                f"{self.path.name} does not fit behavior {behavior_name!r}: {problems}. Give the model "
+                "trained for this behavior (Unity checks the same when it loads a model)."
             )
         self._checked[behavior_name] = behavior_spec
 
