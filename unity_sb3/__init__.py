@@ -19,6 +19,7 @@ _LAZY: dict[str, str] = {
     "open_unity": "unity_sb3.open",
     "UnityVecEnv": "unity_sb3.wrappers.vec_env",
     "UnityGymEnv": "unity_sb3.wrappers.gym_env",
+    "UnityToGymWrapper": "unity_sb3.wrappers.gym_compat",
     "UnityParallelEnv": "unity_sb3.wrappers.pettingzoo_env",
     "UnityAECEnv": "unity_sb3.wrappers.pettingzoo_env",
     "load_demo": "unity_sb3.demos.reader",
