@@ -556,10 +556,8 @@ def test_check_onnx_reports_a_model_for_another_behavior(tmp_path):
     assert any("discrete branches" in p for p in problems)
 
 
-def test_check_onnx_wants_integer_discrete_actions(tmp_path):
-    # a float discrete output is valid ONNX but Unity's applier reads an integer tensor
-    spec = BehaviorSpec([vector(5)], ActionSpec(0, (3,)))
-    path = export(make_model(PPO, spec), tmp_path, spec)
+def with_float_discrete_actions(path: Path, target: Path) -> Path:
+    """``path`` with its discrete actions cast to float32 (as older exporters wrote them), saved as ``target``."""
     proto = onnx.load(str(path))
     producer = next(node for node in proto.graph.node if "discrete_actions" in node.output)
     producer.output[list(producer.output).index("discrete_actions")] = "discrete_int"
@@ -567,9 +565,17 @@ def test_check_onnx_wants_integer_discrete_actions(tmp_path):
     for out in proto.graph.output:
         if out.name.endswith("discrete_actions"):  # the deterministic output copies it
             out.type.tensor_type.elem_type = onnx.TensorProto.FLOAT
-    onnx.save(proto, str(tmp_path / "float.onnx"))
-    assert check_onnx(path, spec) == []
-    problems = check_onnx(tmp_path / "float.onnx", spec)
+    onnx.save(proto, str(target))
+    return target
+
+
+def test_check_onnx_wants_integer_discrete_actions(tmp_path):
+    # a float discrete output is valid ONNX but Unity's applier reads an integer tensor
+    spec = BehaviorSpec([vector(5)], ActionSpec(0, (3,)))
+    path = export(make_model(PPO, spec), tmp_path, spec)
+    floats = with_float_discrete_actions(path, tmp_path / "float.onnx")
+    assert check_onnx(path, spec) == [] and check_onnx(floats, spec, output_types=False) == []
+    problems = check_onnx(floats, spec)
     assert problems == [
         f"{name} holds float32; Unity reads discrete actions as integers"
         for name in ("discrete_actions", "deterministic_discrete_actions")

@@ -19,6 +19,7 @@ from test_export import (
     sensor_order_model,
     unity_observations,
     vector,
+    with_float_discrete_actions,
 )
 
 from unity_sb3.cli import main
@@ -109,6 +110,23 @@ def test_memories_are_carried_per_agent_and_dropped_at_its_episode_end(tmp_path)
     again = policy.act(decision_steps([obs[1:2]], [11]), spec)  # as a new agent: from zeros
     fresh = run_onnx(path, [obs[1:2]])["deterministic_continuous_actions"]
     np.testing.assert_allclose(again.continuous, fresh, atol=1e-6)
+
+
+def test_discrete_actions_written_as_floats_are_read_as_integers(tmp_path) -> None:
+    """Older exporters wrote discrete actions as float32; the runner rounds them, as Unity's older inference."""
+    spec = BehaviorSpec([vector(5)], ActionSpec(0, (3, 2)))
+    model = make_model(PPO, spec, policy_kwargs=dict(net_arch=[16]))
+    scale_head(model, 30.0)
+    path = export(model, tmp_path, spec)
+    floats = with_float_discrete_actions(path, tmp_path / "float.onnx")
+    obs = unity_observations(spec, n=16, seed=5)
+    steps = decision_steps(obs, range(16))
+    expected = OnnxPolicy(path, deterministic=True).act(steps, spec).discrete
+    lenient = OnnxPolicy(floats, deterministic=True)
+    lenient.check("Agent?team=0", spec)  # not refused for its output type
+    got = lenient.act(steps, spec).discrete
+    assert got.dtype == np.int32 and len(np.unique(got[:, 0])) > 1
+    np.testing.assert_array_equal(got, expected)
 
 
 def test_a_model_for_another_behavior_is_refused_with_every_mismatch() -> None:

@@ -109,8 +109,12 @@ class OnnxPolicy:
         return sampled
 
     def fits(self, behavior_spec: BehaviorSpec) -> list[str]:
-        """What Unity's loader would refuse in this model for ``behavior_spec``; empty when it fits."""
-        return check_onnx(self.path, behavior_spec)
+        """What Unity's loader would refuse in this model for ``behavior_spec``; empty when it fits.
+
+        The outputs' element types are not held against it: discrete actions written as floats (older
+        exporters) are rounded to integers here, as Unity's older inference read them.
+        """
+        return check_onnx(self.path, behavior_spec, output_types=False)
 
     def check(self, behavior_name: str, behavior_spec: BehaviorSpec) -> None:
         """Raise :class:`UnityConfigurationError` naming every mismatch if the model does not fit."""
@@ -171,7 +175,7 @@ class OnnxPolicy:
         if self.continuous_output is not None:
             continuous[...] = values[self.continuous_output]
         if self.discrete_output is not None:
-            discrete[...] = values[self.discrete_output]
+            discrete[...] = np.rint(values[self.discrete_output])  # integers, or floats from older exporters
         return ActionTuple(continuous=continuous, discrete=discrete)
 
     def end_episodes(self, agent_ids: Iterable[int]) -> None:

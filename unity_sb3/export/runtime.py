@@ -121,11 +121,13 @@ def inspect_onnx(path: str | Path) -> OnnxModelInfo:
     )
 
 
-def check_onnx(path: str | Path, behavior_spec: BehaviorSpec) -> list[str]:
+def check_onnx(path: str | Path, behavior_spec: BehaviorSpec, *, output_types: bool = True) -> list[str]:
     """The checks Unity's model loader makes for a behavior (``SentisModelParamLoader.CheckModel``).
 
     :param path: an ONNX model file.
     :param behavior_spec: the behavior the model is meant for.
+    :param output_types: check the outputs' element types too (integer discrete actions, float32
+        elsewhere), as current Unity packages read them; ``False`` for a reader that converts them.
     :return: one message per failed check; empty when Unity would accept the model.
     """
     info = inspect_onnx(path)
@@ -142,12 +144,14 @@ def check_onnx(path: str | Path, behavior_spec: BehaviorSpec) -> list[str]:
     )
     if not any(name in info.outputs for name in action_outputs):
         return ["the model does not contain any action output"]
-    for name in (DISCRETE_ACTIONS, DETERMINISTIC_DISCRETE_ACTIONS):
+    for name in (DISCRETE_ACTIONS, DETERMINISTIC_DISCRETE_ACTIONS) if output_types else ():
         if name in info.outputs and not info.output_types[name].startswith("int"):
             problems.append(
                 f"{name} holds {info.output_types[name]}; Unity reads discrete actions as integers"
             )
-    for name in (CONTINUOUS_ACTIONS, DETERMINISTIC_CONTINUOUS_ACTIONS, *CONSTANT_OUTPUTS):
+    for name in (
+        (CONTINUOUS_ACTIONS, DETERMINISTIC_CONTINUOUS_ACTIONS, *CONSTANT_OUTPUTS) if output_types else ()
+    ):
         if name in info.outputs and info.output_types[name] != "float32":
             problems.append(f"{name} holds {info.output_types[name]}; Unity reads it as float32")
     if info.version != MODEL_EXPORT_VERSION:
