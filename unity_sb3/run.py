@@ -309,9 +309,8 @@ def train(
             path = checkpoint.save_now()
             print(f"\nInterrupted: saved checkpoint {path}; continue with --resume")
         model_path = save_atomic(model, run_dir / MODEL_FILE)
-        export_beside(
-            model, run_dir, env.unwrapped.spaces.spec, env if config.normalize else None, str(run_dir)
-        )
+        spec = getattr(getattr(env.unwrapped, "spaces", None), "spec", None)  # None: from the model's spaces
+        export_beside(model, run_dir, spec, env if config.normalize else None, str(run_dir))
         save_curriculum()
         if config.save_replay_buffer and not interrupted:  # an interrupt's checkpoint saved it already
             # --resume may start from model.zip: keep the buffer as new as the newest model

@@ -15,13 +15,14 @@ ONNX_FILE = "model.onnx"
 
 
 def export_beside(
-    model: Any, folder: Path, behavior_spec: BehaviorSpec, vec_normalize: Any, name: str
+    model: Any, folder: Path, behavior_spec: BehaviorSpec | None, vec_normalize: Any, name: str
 ) -> Path | None:
     """Write ``folder/model.onnx`` at the end of a training run, as mlagents-learn writes its ``.onnx``.
 
     :param model: the trained model.
     :param folder: the run's (or behavior's) folder.
-    :param behavior_spec: the spec of the behavior the model was trained on.
+    :param behavior_spec: the spec of the behavior the model was trained on (``None``: rebuilt from the
+        model's spaces).
     :param vec_normalize: the run's ``VecNormalize`` (statistics baked in), or ``None``.
     :param name: the run or behavior, for the warning.
     :return: the file, or ``None`` (with a warning) when the export does not support the model: the
