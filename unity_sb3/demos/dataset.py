@@ -5,22 +5,27 @@ See :mod:`unity_sb3.demos.reader` for the pairing rule and :func:`~unity_sb3.dem
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 from urllib.parse import parse_qs
 
 import numpy as np
-from mlagents_envs.base_env import ActionSpec, BehaviorSpec
+from mlagents_envs.base_env import BehaviorSpec
 
 from unity_sb3.demos.format import DemoMeta
+from unity_sb3.demos.layouts import (
+    Layout,
+    as_rows,
+    continues,
+    layout_converter,
+    unity_actions,
+    unity_observations,
+)
 
 __all__ = ["DemoSpecError", "DemoTrajectory", "DemoTransitions", "Demonstration", "check_demo_spec"]
-
-Layout = Literal["auto", "unity", "space"]
 
 
 class DemoSpecError(ValueError):
@@ -242,7 +247,7 @@ class Demonstration:
             available, else ``"unity"``.
         :param spaces: a ready ``BehaviorSpaces`` (for non-default options); implies ``"space"``.
         """
-        converter = _converter(self.behavior_spec, layout, spaces)
+        converter = layout_converter(self.behavior_spec, layout, spaces)
         for records in self.episode_records():
             if len(records) < 2:
                 continue
@@ -270,7 +275,7 @@ class Demonstration:
     def transitions(self, layout: Layout = "auto", spaces: Any = None) -> DemoTransitions:
         """All transitions, episode by episode (see :class:`DemoTransitions`; ``layout`` and
         ``spaces`` as in :meth:`trajectories`)."""
-        converter = _converter(self.behavior_spec, layout, spaces)
+        converter = layout_converter(self.behavior_spec, layout, spaces)
         cur, nxt = self.transition_records()
         dones = self.dones[nxt].copy()
         interrupted = self.interrupted[nxt] & dones
@@ -343,7 +348,7 @@ class Demonstration:
                 raise ValueError(
                     f"from_arrays needs 'obs_{i}' for observation {i} of shape {tuple(o_spec.shape)}"
                 )
-            obs.append(_as_rows(arrays[f"obs_{i}"], (n, *o_spec.shape), np.float32, f"obs_{i}"))
+            obs.append(as_rows(arrays[f"obs_{i}"], (n, *o_spec.shape), np.float32, f"obs_{i}"))
         a = spec.action_spec
         masks = arrays.get("action_masks")
         demo = cls(
@@ -351,23 +356,23 @@ class Demonstration:
             behavior_name=behavior_name,
             meta=DemoMeta(1, demonstration_name, n, 0, 0.0),
             observations=obs,
-            continuous_actions=_as_rows(
+            continuous_actions=as_rows(
                 arrays.get("continuous_actions"), (n, a.continuous_size), np.float32, "continuous_actions"
             ),
-            discrete_actions=_as_rows(
+            discrete_actions=as_rows(
                 arrays.get("discrete_actions"), (n, a.discrete_size), np.int32, "discrete_actions"
             ),
-            rewards=_as_rows(arrays["rewards"], (n,), np.float32, "rewards"),
-            dones=_as_rows(arrays["dones"], (n,), bool, "dones"),
-            interrupted=_as_rows(arrays.get("interrupted"), (n,), bool, "interrupted"),
-            agent_ids=_as_rows(arrays.get("agent_ids"), (n,), np.int32, "agent_ids"),
-            has_action=_as_rows(arrays.get("has_action", np.ones(n, bool)), (n,), bool, "has_action"),
-            group_ids=_as_rows(arrays.get("group_ids"), (n,), np.int32, "group_ids"),
-            group_rewards=_as_rows(arrays.get("group_rewards"), (n,), np.float32, "group_rewards"),
+            rewards=as_rows(arrays["rewards"], (n,), np.float32, "rewards"),
+            dones=as_rows(arrays["dones"], (n,), bool, "dones"),
+            interrupted=as_rows(arrays.get("interrupted"), (n,), bool, "interrupted"),
+            agent_ids=as_rows(arrays.get("agent_ids"), (n,), np.int32, "agent_ids"),
+            has_action=as_rows(arrays.get("has_action", np.ones(n, bool)), (n,), bool, "has_action"),
+            group_ids=as_rows(arrays.get("group_ids"), (n,), np.int32, "group_ids"),
+            group_rewards=as_rows(arrays.get("group_rewards"), (n,), np.float32, "group_rewards"),
             action_masks=None
             if masks is None
-            else _as_rows(masks, (n, int(sum(a.discrete_branches))), bool, "action_masks"),
-            file_index=_as_rows(arrays.get("file_index"), (n,), np.int32, "file_index"),
+            else as_rows(masks, (n, int(sum(a.discrete_branches))), bool, "action_masks"),
+            file_index=as_rows(arrays.get("file_index"), (n,), np.int32, "file_index"),
         )
         demo.meta = _summary_meta(demo, demonstration_name)
         demo.metas = [demo.meta]
@@ -401,12 +406,12 @@ class Demonstration:
         :param rewards: ``(M,)``; zeros when None.
         """
         spec = behavior_spec
-        obs_list = _unity_obs(obs, spec, "obs")
-        next_list = _unity_obs(next_obs, spec, "next_obs")
+        obs_list = unity_observations(obs, spec, "obs")
+        next_list = unity_observations(next_obs, spec, "next_obs")
         m = len(obs_list[0]) if obs_list else len(np.asarray(dones))
-        cont, disc = _unity_acts(acts, spec.action_spec, m)
-        dones = _as_rows(dones, (m,), bool, "dones")
-        rewards = _as_rows(rewards, (m,), np.float32, "rewards")
+        cont, disc = unity_actions(acts, spec.action_spec, m)
+        dones = as_rows(dones, (m,), bool, "dones")
+        rewards = as_rows(rewards, (m,), np.float32, "rewards")
         truncated = np.array(
             [bool((infos[i] or {}).get("TimeLimit.truncated", False)) for i in range(m)]
             if infos is not None
@@ -427,7 +432,7 @@ class Demonstration:
             rows["src"].append(("obs", i))
             rows["cont"].append(cont[i])
             rows["disc"].append(disc[i])
-            continued = _continues(i, obs_list, next_list, dones)
+            continued = continues(i, obs_list, next_list, dones)
             if not continued:
                 rows["reward"].append(rewards[i])
                 rows["done"].append(bool(dones[i]))
@@ -492,149 +497,6 @@ class Demonstration:
                     group_reward=float(self.group_rewards[i]),
                 )
         return writer.meta
-
-
-# ---------------------------------------------------------------------------------- layouts
-class _UnityLayout:
-    """Observations and actions as Unity arrays."""
-
-    def __init__(self, spec: BehaviorSpec) -> None:
-        self.spec = spec
-
-    def obs(self, obs_list: list[np.ndarray]) -> Any:
-        return obs_list[0] if len(obs_list) == 1 else obs_list
-
-    def acts(self, continuous: np.ndarray, discrete: np.ndarray) -> Any:
-        a = self.spec.action_spec
-        if a.continuous_size and a.discrete_size:
-            return {"continuous": continuous, "discrete": discrete}
-        return discrete if a.discrete_size else continuous
-
-
-class _SpaceLayout:
-    """Observations and actions through ``unity_sb3.spaces.BehaviorSpaces``."""
-
-    def __init__(self, spaces: Any) -> None:
-        self.spaces = spaces
-        self._obs = getattr(spaces, "obs_to_space", None) or spaces.observations
-        self._acts = getattr(spaces, "actions_from_unity", None) or spaces.from_unity_actions
-
-    def obs(self, obs_list: list[np.ndarray]) -> Any:
-        return self._obs(obs_list)
-
-    def acts(self, continuous: np.ndarray, discrete: np.ndarray) -> Any:
-        return self._acts(continuous, discrete)
-
-
-def _behavior_spaces_class() -> type | None:
-    try:
-        from unity_sb3.spaces import BehaviorSpaces
-    except ModuleNotFoundError as exc:  # the module is not there yet; any other error surfaces
-        if exc.name not in ("unity_sb3.spaces", "unity_sb3"):
-            raise
-        return None
-    return BehaviorSpaces
-
-
-def _converter(spec: BehaviorSpec, layout: Layout, spaces: Any) -> _UnityLayout | _SpaceLayout:
-    if layout not in ("auto", "unity", "space"):
-        raise ValueError(f"layout must be 'auto', 'unity' or 'space', got {layout!r}")
-    if spaces is not None:
-        if layout == "unity":
-            raise ValueError("spaces= is for layout 'space' (or 'auto'); drop it or the layout='unity'")
-        return _SpaceLayout(spaces)
-    if layout == "unity":
-        return _UnityLayout(spec)
-    cls = _behavior_spaces_class()
-    if cls is None:
-        if layout == "space":
-            raise ImportError("layout='space' needs unity_sb3.spaces.BehaviorSpaces, which is not available")
-        return _UnityLayout(spec)
-    return _SpaceLayout(cls(spec))
-
-
-# ---------------------------------------------------------------------------------- conversions in
-def _as_rows(value: Any, shape: tuple[int, ...], dtype: Any, name: str) -> np.ndarray:
-    if value is None:
-        return np.zeros(shape, dtype=dtype)
-    array = np.asarray(value)
-    if array.shape != shape:
-        if array.size == math.prod(shape) and array.shape[:1] == shape[:1]:
-            array = array.reshape(shape)
-        else:
-            raise ValueError(f"{name} has shape {array.shape}, expected {shape}")
-    return np.ascontiguousarray(array, dtype=dtype)
-
-
-def _unity_obs(obs: Any, spec: BehaviorSpec, name: str) -> list[np.ndarray]:
-    """Observations in Unity's layout from Unity or observation-space layout."""
-    specs = spec.observation_specs
-    if isinstance(obs, Mapping):
-        keys = _space_keys(spec)
-        if set(keys) <= set(obs):
-            items = [obs[k] for k in keys]
-        elif len(obs) == len(specs):
-            items = list(obs.values())
-        else:
-            raise ValueError(f"{name} is a dict with keys {sorted(obs)}; expected {keys}")
-    elif isinstance(obs, (list, tuple)):
-        items = list(obs)
-    else:
-        items = [obs]
-    if len(items) != len(specs):
-        raise ValueError(f"{name} has {len(items)} observation arrays, the spec has {len(specs)}")
-    out = []
-    for i, (item, o_spec) in enumerate(zip(items, specs)):
-        array = np.asarray(item)
-        shape = tuple(o_spec.shape)
-        if array.shape[1:] != shape:
-            if len(shape) == 3 and array.ndim == 4 and array.shape[1:] == (shape[2], shape[0], shape[1]):
-                array = array.transpose(0, 2, 3, 1)  # channel-first batch for an HWC spec
-            elif len(shape) == 3 and array.ndim == 4 and array.shape[1:] == (shape[1], shape[2], shape[0]):
-                array = array.transpose(0, 3, 1, 2)  # channel-last batch for a CHW spec
-            elif array.ndim >= 1 and array.size == len(array) * math.prod(shape):
-                array = array.reshape((len(array), *shape))
-            else:
-                raise ValueError(f"{name}[{i}] has shape {array.shape}; expected (M, *{shape})")
-        if array.dtype == np.uint8:
-            array = array.astype(np.float32) / np.float32(255.0)
-        out.append(np.ascontiguousarray(array, dtype=np.float32))
-    return out
-
-
-def _space_keys(spec: BehaviorSpec) -> list[str]:
-    try:
-        from unity_sb3.spaces import observation_keys
-
-        return list(observation_keys(spec.observation_specs))
-    except ImportError:
-        return [s.name or f"obs_{i}" for i, s in enumerate(spec.observation_specs)]
-
-
-def _unity_acts(acts: Any, action_spec: ActionSpec, m: int) -> tuple[np.ndarray, np.ndarray]:
-    c, b = action_spec.continuous_size, action_spec.discrete_size
-    if isinstance(acts, Mapping):
-        cont, disc = acts.get("continuous"), acts.get("discrete")
-    elif isinstance(acts, tuple) and len(acts) == 2:
-        cont, disc = acts
-    elif c and b:
-        raise ValueError(
-            "hybrid actions need a dict {'continuous', 'discrete'} or a tuple (continuous, discrete)"
-        )
-    elif c:
-        cont, disc = acts, None
-    else:
-        cont, disc = None, acts
-    cont = _as_rows(cont, (m, c), np.float32, "continuous actions") if c else np.zeros((m, 0), np.float32)
-    disc = _as_rows(disc, (m, b), np.int32, "discrete actions") if b else np.zeros((m, 0), np.int32)
-    return cont, disc
-
-
-def _continues(i: int, obs_list: list[np.ndarray], next_list: list[np.ndarray], dones: np.ndarray) -> bool:
-    """Whether transition ``i + 1`` continues transition ``i``'s episode."""
-    if dones[i] or i + 1 >= len(dones):
-        return False
-    return all(np.array_equal(n[i], o[i + 1]) for n, o in zip(next_list, obs_list))
 
 
 # ---------------------------------------------------------------------------------- spec check
