@@ -90,6 +90,17 @@ def test_a_yaml_with_two_behaviors_trains_both_with_their_own_trainer(tmp_path: 
     assert goalie.num_timesteps >= 200 and striker.num_timesteps >= 200
 
 
+def test_eval_of_a_run_of_several_behaviors_plays_each_with_its_model(tmp_path: Path, capsys) -> None:
+    config = strikers_vs_goalie_two_trainers(tmp_path)
+    assert main(train_args(tmp_path, config, "StrikersVsGoalie")) == 0
+    capsys.readouterr()
+    run = tmp_path / "results" / "run"
+    assert main(["eval", str(run), "--episodes", "3", "--transport", "inprocess"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()[-2:]
+    assert [line.split(" on ")[0] for line in sorted(lines)] == ["Goalie (ppo)", "Striker (poca)"]
+    assert all(line.endswith("over 3 episodes") for line in lines)
+
+
 def test_curriculum_of_several_behaviors_is_saved_and_resumed(tmp_path: Path, monkeypatch) -> None:
     import json
 

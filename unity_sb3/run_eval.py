@@ -323,9 +323,73 @@ def evaluate_onnx_from_args(args: argparse.Namespace) -> int:
     return 0
 
 
+def _behaviors_of_run(path: str | Path) -> list[str] | None:
+    """The behaviors of a run folder that trained several at once, else ``None``."""
+    saved = Path(path) / CONFIG_FILE
+    if not (Path(path).is_dir() and saved.is_file()):
+        return None
+    data = yaml.safe_load(saved.read_text()) or {}
+    behaviors = data.get("behaviors")
+    return list(behaviors) if behaviors else None
+
+
+def evaluate_behaviors_from_args(args: argparse.Namespace, behaviors: list[str]) -> int:
+    """``unity-sb3 eval RUN`` of a run of several behaviors: every behavior played by its own model at
+    once (``mlagents-learn --inference``), each one's mean episode reward printed."""
+    import numpy as np
+
+    from unity_sb3.episodes import episode_returns
+    from unity_sb3.open import open_unity
+    from unity_sb3.selfplay.matches import policy_player, view_spec
+    from unity_sb3.wrappers.behavior import split_behavior_name
+    from unity_sb3.wrappers.lockstep import behavior_dir
+
+    run = Path(args.model)
+    loaded = {name: load_player_model(run / behavior_dir(name)) for name in behaviors}
+    config = replace(next(iter(loaded.values()))[2], seed=args.seed, transport=args.transport)
+    if args.env:
+        config.env = args.env
+    deterministic = not args.stochastic
+    env = open_unity(config.env, **unity_open_kwargs(config))
+    try:
+        if not env.behavior_specs:
+            env.reset()  # a build sends its behaviors with the first reset
+        answers = {}
+        for unity_name in env.behavior_specs:
+            base = split_behavior_name(unity_name)[0]
+            if base in loaded:
+                model, normalize, _ = loaded[base]
+                spec = view_spec(env, unity_name)
+                answers[unity_name] = policy_player(
+                    model, spec, vec_normalize=normalize, deterministic=deterministic
+                )
+        missing = sorted(set(loaded) - {split_behavior_name(n)[0] for n in answers})
+        if missing:
+            from unity_sb3.unity.errors import UnityConfigurationError
+
+            raise UnityConfigurationError(
+                f"{config.env} has no behavior {missing}; its behaviors are {list(env.behavior_specs)}"
+            )
+        returns = episode_returns(
+            env, answers, args.episodes, group=lambda name: split_behavior_name(name)[0]
+        )
+    finally:
+        env.close()
+    for name, values in returns.items():
+        algo = loaded[name][2].algo
+        print(
+            f"{name} ({algo}) on {config.env}: mean reward {np.mean(values):.2f} +/- {np.std(values):.2f} "
+            f"over {args.episodes} episodes"
+        )
+    return 0
+
+
 def evaluate_from_args(args: argparse.Namespace) -> int:
     if _is_onnx(args.model):
         return evaluate_onnx_from_args(args)
+    behaviors = _behaviors_of_run(args.model)
+    if behaviors is not None:
+        return evaluate_behaviors_from_args(args, behaviors)
     model_path, folder = _model_and_folder(args.model)
     config = at_trained_lessons(_saved_config(folder), model_path, folder)
     if args.env:

@@ -219,10 +219,8 @@ def onnx_episode_returns(
     behaviors: Iterable[str] | None = None,
     max_unity_steps: int | None = None,
 ) -> list[float]:
-    """Play ``env`` with ``policy`` until ``episodes`` agent episodes have ended; their returns.
-
-    A return is the sum of the agent's own rewards over its episode (ML-Agents' "Cumulative Reward";
-    group rewards are not in it), counted from the first step it was seen after the reset.
+    """Play ``env`` with ``policy`` until ``episodes`` agent episodes have ended; their returns
+    (:func:`~unity_sb3.episodes.episode_returns`: each agent's own rewards over its episode).
 
     :param env: a build, the Editor or an embedded scene; reset once here, never closed.
     :param policy: the model.
@@ -232,9 +230,10 @@ def onnx_episode_returns(
     :param max_unity_steps: give up with a ``RuntimeError`` after this many Unity steps.
     :return: the first ``episodes`` returns, in the order the episodes ended.
     """
-    if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes <= 0:
-        raise ValueError(f"episodes must be a whole number > 0, got {episodes!r}")
-    env.reset()
+    from unity_sb3.episodes import episode_returns
+
+    if not env.behavior_specs:
+        env.reset()  # a build sends its behaviors with the first reset
     played = list(env.behavior_specs) if behaviors is None else list(behaviors)
     for name in played:
         if name not in env.behavior_specs:
@@ -242,28 +241,9 @@ def onnx_episode_returns(
                 f"the environment has no behavior {name!r}; it has {list(env.behavior_specs)}"
             )
         policy.check(name, env.behavior_specs[name])
-    running: dict[tuple[str, int], float] = {}
-    returns: list[float] = []
-    steps = 0
-    while len(returns) < episodes:
-        for name in env.behavior_specs:
-            decision, terminal = env.get_steps(name)
-            if name not in played:
-                if len(decision):
-                    env.set_actions(name, env.behavior_specs[name].action_spec.empty_action(len(decision)))
-                continue
-            for agent, reward in zip(terminal.agent_id.tolist(), terminal.reward.tolist()):
-                returns.append(running.pop((name, agent), 0.0) + reward)
-            policy.end_episodes(terminal.agent_id)
-            for agent, reward in zip(decision.agent_id.tolist(), decision.reward.tolist()):
-                running[(name, agent)] = running.get((name, agent), 0.0) + reward
-            if len(decision):
-                env.set_actions(name, policy.act(decision, env.behavior_specs[name]))
-        env.step()
-        steps += 1
-        if max_unity_steps is not None and steps >= max_unity_steps and len(returns) < episodes:
-            raise RuntimeError(
-                f"only {len(returns)} of {episodes} episodes ended in {max_unity_steps} Unity steps; "
-                "raise max_unity_steps or check that the scene ends its episodes"
-            )
-    return returns[:episodes]
+    player = policy.player(env)
+    answers = dict.fromkeys(played, player)
+    played_together = episode_returns(
+        env, answers, episodes, group=lambda name: "played", max_unity_steps=max_unity_steps
+    )
+    return played_together["played"]

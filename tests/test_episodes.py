@@ -1,0 +1,57 @@
+"""``episode_returns``: whole episodes played by one answer per behavior, each agent episode's return."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from mlagents_envs.base_env import ActionTuple
+
+from unity_sb3.episodes import episode_returns
+from unity_sb3.scenes import make_scene
+
+
+def test_returns_per_behavior_group_with_memories_dropped_at_episode_ends() -> None:
+    scene = make_scene("Basic", seed=0)
+    ended: list[int] = []
+
+    class Right:
+        """Basic's best play (walk right to the large goal), telling which agents' episodes ended."""
+
+        def __call__(self, name, steps):
+            return ActionTuple(discrete=np.full((len(steps), 1), 2, np.int32))
+
+        def end_episodes(self, agent_ids):
+            ended.extend(int(i) for i in agent_ids)
+
+    returns = episode_returns(scene, {"Basic?team=0": Right()}, episodes=4)
+    assert list(returns) == ["Basic?team=0"] and len(returns["Basic?team=0"]) == 4
+    # -0.01 per step, +1 at the large goal 7 cells to the right: 1 - 0.01 * 7 on each episode
+    np.testing.assert_allclose(returns["Basic?team=0"], 0.93, atol=1e-6)
+    assert len(ended) >= 4
+
+
+def test_behaviors_without_an_answer_get_zeros_and_groups_count_together() -> None:
+    scene = make_scene("Tennis", seed=0, num_agents=2)
+    random = np.random.default_rng(0)
+
+    def swing(name, steps):
+        return ActionTuple(continuous=random.uniform(-1, 1, (len(steps), 3)).astype(np.float32))
+
+    one = episode_returns(scene, {"Tennis?team=0": swing}, episodes=2)
+    assert list(one) == ["Tennis?team=0"] and len(one["Tennis?team=0"]) == 2
+    both = episode_returns(
+        scene, dict.fromkeys(scene.behavior_specs, swing), episodes=3, group=lambda n: "all"
+    )
+    assert list(both) == ["all"] and len(both["all"]) == 3
+
+
+def test_bad_budgets_are_clear_errors() -> None:
+    scene = make_scene("Basic", seed=0)
+
+    def still(name, steps):
+        return ActionTuple(discrete=np.zeros((len(steps), 1), np.int32))  # 0 = stay: episodes never end
+
+    with pytest.raises(RuntimeError, match=r"episodes ended in 50 Unity steps: \{'Basic\?team=0': 0\} of 2"):
+        episode_returns(scene, {"Basic?team=0": still}, episodes=2, max_unity_steps=50)
+    with pytest.raises(ValueError, match="episodes must be a whole number > 0"):
+        episode_returns(scene, {"Basic?team=0": still}, episodes=0)
