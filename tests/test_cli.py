@@ -147,7 +147,10 @@ def test_mlagents_learn_spelling_of_the_config_port_and_device(tmp_path: Path, c
     from unity_sb3.run import config_from_args
 
     args = build_parser().parse_args(
-        ["train", str(config), "--base-port", "6000", "--torch-device", "cpu", "--env-args", "-logFile", "-"]
+        [
+            *("train", str(config), "--base-port", "6000", "--torch-device", "cpu", "--num-areas", "2"),
+            *("--env-args", "-logFile", "-"),
+        ]
     )
     main_args = ["train", str(config), "--results-dir", str(tmp_path), "--run-id", "r", *TINY]
     assert main(main_args) == 0
@@ -155,7 +158,7 @@ def test_mlagents_learn_spelling_of_the_config_port_and_device(tmp_path: Path, c
     args.config = args.trainer_config
     run = config_from_args(args)
     assert run.open_kwargs["base_port"] == 6000 and args.device == "cpu" and run.hyperparams["n_steps"] == 25
-    assert run.open_kwargs["additional_args"] == ["-logFile", "-"]
+    assert run.open_kwargs["additional_args"] == ["-logFile", "-"] and run.open_kwargs["num_areas"] == 2
     with pytest.raises(SystemExit):
         main(["train", str(config), "--config", "other.yml"])
     assert "two trainer configs" in capsys.readouterr().err

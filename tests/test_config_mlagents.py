@@ -19,6 +19,7 @@ from unity_sb3.config.mlagents_legacy import is_legacy_config, upgrade_legacy_co
 from unity_sb3.config.mlagents_schema import MLAgentsConfigError, MLAgentsConfigWarning
 from unity_sb3.config.model_args import prepare_model_args, resolve_schedule
 from unity_sb3.networks.extractors import UnityMultiInputExtractor
+from unity_sb3.unity.errors import UnityConfigurationError
 
 CONFIGS = Path(__file__).resolve().parent / "data" / "mlagents_configs"
 
@@ -417,6 +418,29 @@ def test_the_configuration_mlagents_learn_writes_for_a_run() -> None:
         "checkpoint_settings.resume",
         "checkpoint_settings.results_dir",
     }
+
+
+def test_num_areas_copies_the_training_area(monkeypatch) -> None:
+    import unity_sb3.open as open_module
+
+    data = _load("3DBall_ppo.yaml")
+    data["env_settings"] = {"num_areas": 3}
+    kwargs = convert_mlagents_config(data).open_kwargs
+    assert kwargs["num_areas"] == 3
+    scene = open_module.open_unity("Ball3D", transport="inprocess", **kwargs)
+    assert scene.num_agents == 36  # Ball3D's 12 areas, three times
+    assert open_module.open_unity("Ball3D", transport="inprocess", num_agents=2, num_areas=3).num_agents == 6
+    sent: dict[str, int] = {}
+
+    def local_env(file_name, *, num_areas, **_):
+        sent["n"] = num_areas
+        return SimpleNamespace()
+
+    monkeypatch.setattr(open_module, "LocalUnityEnvironment", local_env)
+    open_module.open_unity("builds/Game.x86_64", **kwargs)
+    assert sent == {"n": 3}  # a build gets it in the handshake, for its TrainingAreaReplicator
+    with pytest.raises(UnityConfigurationError, match="num_areas must be a whole number >= 1"):
+        open_module.open_unity("Ball3D", transport="inprocess", num_areas=0)
 
 
 def test_no_graphics_monitor_gives_worker_0_graphics(monkeypatch) -> None:

@@ -185,6 +185,13 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
         help="the window of --restarts-rate-limit-n (default 60)",
     )
     p.add_argument(
+        "--num-areas",
+        type=int,
+        default=None,
+        help="training areas per Unity instance (mlagents-learn's --num-areas; Unity's TrainingAreaReplicator); "
+        "an embedded scene opens with num_agents times as many",
+    )
+    p.add_argument(
         "--base-port",
         type=int,
         default=None,

@@ -66,6 +66,7 @@ def open_unity(
     seed: int = 0,
     no_graphics: bool = True,
     no_graphics_monitor: bool = False,
+    num_areas: int = 1,
     timeout_wait: float = 60,
     additional_args: list[str] | None = None,
     log_folder: str | None = None,
@@ -92,6 +93,9 @@ def open_unity(
         visual observations).
     :param no_graphics_monitor: launch worker 0 with graphics and every other worker without, to
         watch one instance while the others train headless (mlagents-learn's ``--no-graphics-monitor``).
+    :param num_areas: copies of the scene's training area (ML-Agents' ``num_areas``, which Unity's
+        ``TrainingAreaReplicator`` reads from the handshake); an embedded scene opens with ``num_agents``
+        times as many areas.
     :param timeout_wait: seconds to wait for Unity to connect and for each step.
     :param additional_args: more command-line arguments for the build.
     :param log_folder: where the build writes ``Player-<worker_id>.log`` (and the captured
@@ -109,7 +113,15 @@ def open_unity(
     """
     if transport not in TRANSPORTS:
         raise UnityConfigurationError(f"transport must be one of {TRANSPORTS}, got {transport!r}.")
+    if isinstance(num_areas, bool) or not isinstance(num_areas, int) or num_areas < 1:
+        raise UnityConfigurationError(f"num_areas must be a whole number >= 1, got {num_areas!r}.")
     kind, name = _target_kind(target, transport)
+    if kind == "scene" and num_areas > 1:  # the scene's areas copied num_areas times, as the replicator does
+        from unity_sb3.scenes import scene_class
+
+        areas = scene_params.get("num_agents", scene_class(name).PARAMS["num_agents"])
+        scene_params = {**scene_params, "num_agents": int(areas) * num_areas}
+        num_areas = 1
     if scene_params and kind != "scene":
         raise UnityConfigurationError(
             f"Scene parameters {sorted(scene_params)} only apply to embedded scenes, not to "
@@ -152,6 +164,7 @@ def open_unity(
                 additional_args=additional_args,
                 side_channels=channels.all(),
                 log_folder=log_folder,
+                num_areas=num_areas,
                 bind_address=bind_address,
                 find_free_port=find_free_port,
                 process_name=f"stand-in player {name!r}" if kind == "scene" else None,

@@ -446,10 +446,12 @@ def resumed_config(saved: dict[str, Any], args: argparse.Namespace) -> RunConfig
 
 
 def config_from_args(args: argparse.Namespace) -> RunConfig:
-    """:func:`run_config_from_args` with ``--base-port`` and ``--env-args`` on top (new and resumed runs alike)."""
+    """:func:`run_config_from_args` with ``--base-port``, ``--num-areas`` and ``--env-args`` on top (new and
+    resumed runs alike)."""
     config = run_config_from_args(args)
-    if getattr(args, "base_port", None) is not None:
-        config.open_kwargs = {**config.open_kwargs, "base_port": int(args.base_port)}
+    for key in ("base_port", "num_areas"):
+        if getattr(args, key, None) is not None:
+            config.open_kwargs = {**config.open_kwargs, key: int(getattr(args, key))}
     if getattr(args, "env_args", None):
         config.open_kwargs = {**config.open_kwargs, "additional_args": list(args.env_args)}
     return config

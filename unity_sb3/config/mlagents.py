@@ -296,8 +296,16 @@ def _map_top_level(m: _Mapper, data: Mapping[str, Any]) -> None:
                     f"unity-sb3 train --num-envs {n}",
                     "Unity instances; --num-envs wins",
                 )
-            elif key == "num_areas" and value == 1:
-                continue  # one area per instance: what every build does without the setting
+            elif key == "num_areas":
+                n = _number(value, "env_settings.num_areas", 1, integer=True)
+                if n > 1:
+                    m.run.open_kwargs["num_areas"] = int(n)
+                    m.row(
+                        "env_settings.num_areas",
+                        n,
+                        f"open_unity(num_areas={n})",
+                        "training areas per instance (Unity's TrainingAreaReplicator); --num-areas wins",
+                    )
             else:
                 flag = {"env_path": "--env", "seed": "--seed"}.get(key)
                 why = f"give it on the command line ({flag})" if flag else "not supported by unity-sb3"
