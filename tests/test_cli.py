@@ -159,6 +159,25 @@ def test_mlagents_learn_spelling_of_the_config_port_and_device(tmp_path: Path, c
     run = config_from_args(args)
     assert run.open_kwargs["base_port"] == 6000 and args.device == "cpu" and run.hyperparams["n_steps"] == 25
     assert run.open_kwargs["additional_args"] == ["-logFile", "-"] and run.open_kwargs["num_areas"] == 2
+    engine = ["--width", "100", "--height", "60", "--quality-level", "1", "--target-frame-rate", "30"]
+    engine += [
+        "--capture-frame-rate",
+        "0",
+        "--time-scale",
+        "5",
+        "--no-graphics-monitor",
+        "--timeout-wait",
+        "90",
+    ]
+    run = config_from_args(build_parser().parse_args(["train", *engine]))
+    assert run.open_kwargs["engine_settings"] == {
+        **dict(time_scale=5.0, width=100, height=60, quality_level=1),
+        **dict(target_frame_rate=30, capture_frame_rate=0),
+    }
+    assert run.open_kwargs["no_graphics_monitor"] is True and run.open_kwargs["timeout_wait"] == 90.0
+    from unity_sb3.unity.channels import EngineSettings
+
+    assert EngineSettings.coerce(run.open_kwargs["engine_settings"]).width == 100
     with pytest.raises(SystemExit):
         main(["train", str(config), "--config", "other.yml"])
     assert "two trainer configs" in capsys.readouterr().err

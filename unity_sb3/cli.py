@@ -57,6 +57,16 @@ def _positive_seconds(text: str) -> float:
     return _checked("restarts_rate_limit_period_s", value)
 
 
+#: mlagents-learn's engine-settings flags: flag, type, what it sets
+ENGINE_FLAGS: tuple[tuple[str, type, str], ...] = (
+    ("--width", int, "window width in pixels"),
+    ("--height", int, "window height in pixels"),
+    ("--quality-level", int, "quality settings index"),
+    ("--target-frame-rate", int, "frames per second Unity aims at (-1: as fast as it can)"),
+    ("--capture-frame-rate", int, "fixed game time between frames, 1/N s (0: off)"),
+)
+
+
 def _add_train(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="train an agent (default: PPO on the embedded Ball3D scene)")
     p.add_argument(
@@ -103,6 +113,17 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--no-graphics", action="store_true", default=None, help="run Unity builds without rendering"
     )
+    p.add_argument(
+        "--no-graphics-monitor",
+        action="store_true",
+        default=None,
+        help="worker 0 with graphics, the other instances without (as mlagents-learn)",
+    )
+    for flag, kind, what in ENGINE_FLAGS:
+        p.add_argument(
+            flag, type=kind, default=None, help=f"{what} (Unity's engine settings, as mlagents-learn)"
+        )
+    p.add_argument("--timeout-wait", type=float, default=None, help="seconds to wait for Unity (default 60)")
     p.add_argument("--run-id", default=None, help="name of the results folder (default: <env>_<algo>)")
     p.add_argument("--results-dir", default="results")
     p.add_argument(
