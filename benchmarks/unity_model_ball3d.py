@@ -2,9 +2,10 @@
 
 ``../shared/data/models/3DBall.onnx`` is the policy Unity trained on its 3DBall example (it
 keeps every ball up there: mean episode reward about 100). This script runs it unchanged
-(``deterministic_continuous_actions``, with onnxruntime) on the embedded scene, in-process,
-for several seeds, and reports the mean reward of the agent episodes that ended (ball lost
-or ``max_steps`` reached), next to random play and the scene's scripted expert.
+(``deterministic_continuous_actions``, with onnxruntime, through ``unity_sb3.OnnxPolicy``) on
+the embedded scene, in-process, for several seeds, and reports the mean reward of the agent
+episodes that ended (ball lost or ``max_steps`` reached), next to random play and the scene's
+scripted expert.
 
 Usage::
 
@@ -18,7 +19,6 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -26,23 +26,12 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import print_table, write_results
 
+from unity_sb3.export.onnx_policy import OnnxPolicy
 from unity_sb3.scenes import make_scene
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = ROOT.parent / "shared" / "data" / "models" / "3DBall.onnx"
 BEHAVIOR = "3DBall?team=0"
-
-
-def onnx_policy(path: Path) -> Callable[[np.ndarray], np.ndarray]:
-    """Unity's model as ``obs (n, 8) -> actions (n, 2)`` (the mean: ``deterministic_continuous_actions``)."""
-    import onnxruntime
-
-    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-
-    def act(obs: np.ndarray) -> np.ndarray:
-        return session.run(["deterministic_continuous_actions"], {"obs_0": obs.astype(np.float32)})[0]
-
-    return act
 
 
 def episode_returns(policy: str, seed: int, steps: int, model: Path) -> tuple[list[float], int]:
@@ -58,7 +47,9 @@ def episode_returns(policy: str, seed: int, steps: int, model: Path) -> tuple[li
 
     env = make_scene("Ball3D", seed=seed)
     rng = np.random.default_rng(seed)
-    act = onnx_policy(model) if policy == "unity" else None
+    unity = (
+        OnnxPolicy(model, deterministic=True) if policy == "unity" else None
+    )  # as Unity's inference runs it
     env.reset()
     running: dict[int, float] = {}
     done: list[float] = []
@@ -71,8 +62,8 @@ def episode_returns(policy: str, seed: int, steps: int, model: Path) -> tuple[li
         for agent, reward in zip(decision.agent_id.tolist(), decision.reward.tolist()):
             running[agent] = running.get(agent, 0.0) + reward
         if len(decision):
-            if policy == "unity":
-                action = ActionTuple(continuous=act(decision.obs[0]))
+            if unity is not None:
+                action = unity.act(decision, env.behavior_specs[BEHAVIOR])
             elif policy == "expert":
                 action = env.expert_actions(BEHAVIOR, decision)
             else:
