@@ -99,6 +99,10 @@ def test_eval_of_a_run_of_several_behaviors_plays_each_with_its_model(tmp_path: 
     lines = capsys.readouterr().out.strip().splitlines()[-2:]
     assert [line.split(" on ")[0] for line in sorted(lines)] == ["Goalie (ppo)", "Striker (poca)"]
     assert all(line.endswith("over 3 episodes") for line in lines)
+    with pytest.raises(
+        SystemExit, match="is a run of several behaviors \\(Goalie, Striker\\); each behavior's folder"
+    ):
+        main(["export", str(run)])
 
 
 def test_curriculum_of_several_behaviors_is_saved_and_resumed(tmp_path: Path, monkeypatch) -> None:

@@ -50,6 +50,13 @@ def export_from_args(args: Any) -> int:
 
     model_path = Path(args.model)
     if model_path.is_dir():
+        saved = model_path / "config.yaml"
+        behaviors = (yaml.safe_load(saved.read_text()) or {}).get("behaviors") if saved.is_file() else None
+        if behaviors:
+            raise SystemExit(
+                f"unity-sb3 export: {model_path} is a run of several behaviors ({', '.join(behaviors)}); each "
+                f"behavior's folder holds its model.onnx already, or export one: unity-sb3 export {model_path}/<behavior>"
+            )
         model_path = model_path / "model.zip"
     if not model_path.is_file():
         raise SystemExit(f"unity-sb3 export: no model at {model_path}")
