@@ -41,7 +41,14 @@ from unity_sb3.run import (
     make_vec_env,
     unity_open_kwargs,
 )
-from unity_sb3.run_state import MODEL_FILE, NORMALIZE_FILE, at_saved_lessons, curriculum_file_for
+from unity_sb3.run_state import (
+    MODEL_FILE,
+    NORMALIZE_FILE,
+    at_saved_lessons,
+    behaviors_of_run,
+    curriculum_file_for,
+    run_folder_of,
+)
 from unity_sb3.slots import predict_masks
 
 __all__ = ["at_trained_lessons", "evaluate_matches_from_args", "load_player_model"]
@@ -57,8 +64,7 @@ def _model_and_folder(path: str | Path) -> tuple[Path, Path]:
         raise FileNotFoundError(
             f"{path} does not exist; give a model .zip, a checkpoint, or a run's behavior folder (with model.zip)"
         )
-    folder = path.parent.parent if path.parent.name == "checkpoints" else path.parent
-    return path, folder
+    return path, run_folder_of(path)
 
 
 def _saved_config(folder: Path) -> RunConfig:
@@ -323,16 +329,6 @@ def evaluate_onnx_from_args(args: argparse.Namespace) -> int:
     return 0
 
 
-def _behaviors_of_run(path: str | Path) -> list[str] | None:
-    """The behaviors of a run folder that trained several at once, else ``None``."""
-    saved = Path(path) / CONFIG_FILE
-    if not (Path(path).is_dir() and saved.is_file()):
-        return None
-    data = yaml.safe_load(saved.read_text()) or {}
-    behaviors = data.get("behaviors")
-    return list(behaviors) if behaviors else None
-
-
 def evaluate_behaviors_from_args(args: argparse.Namespace, behaviors: list[str]) -> int:
     """``unity-sb3 eval RUN`` of a run of several behaviors: every behavior played by its own model at
     once (``mlagents-learn --inference``), each one's mean episode reward printed."""
@@ -387,7 +383,7 @@ def evaluate_behaviors_from_args(args: argparse.Namespace, behaviors: list[str])
 def evaluate_from_args(args: argparse.Namespace) -> int:
     if _is_onnx(args.model):
         return evaluate_onnx_from_args(args)
-    behaviors = _behaviors_of_run(args.model)
+    behaviors = behaviors_of_run(args.model)
     if behaviors is not None:
         return evaluate_behaviors_from_args(args, behaviors)
     model_path, folder = _model_and_folder(args.model)

@@ -18,6 +18,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from unity_sb3.callbacks.curriculum import (
     CHECKPOINT_CURRICULUM_SUFFIX,
     checkpoint_lessons_file,
@@ -33,6 +35,7 @@ __all__ = [
     "ResumeError",
     "RunStartError",
     "at_saved_lessons",
+    "behaviors_of_run",
     "curriculum_file_for",
     "curriculum_parameters",
     "find_resume_point",
@@ -41,6 +44,7 @@ __all__ = [
     "load_lessons",
     "load_replay_buffer_if_present",
     "prepare_curriculum",
+    "run_folder_of",
     "save_curriculum_files",
 ]
 
@@ -272,6 +276,21 @@ def load_replay_buffer_if_present(model: Any, path: str | Path) -> bool:
     return True
 
 
+def run_folder_of(model_path: Path) -> Path:
+    """The folder whose ``config.yaml`` and ``vecnormalize.pkl`` belong to ``model_path`` (a model beside
+    them, or a checkpoint in their ``checkpoints/``)."""
+    return model_path.parent.parent if model_path.parent.name == "checkpoints" else model_path.parent
+
+
+def behaviors_of_run(path: str | Path) -> list[str] | None:
+    """The behaviors of a run folder that trained several at once (its ``config.yaml``), else ``None``."""
+    saved = Path(path) / "config.yaml"
+    if not (Path(path).is_dir() and saved.is_file()):
+        return None
+    behaviors = (yaml.safe_load(saved.read_text()) or {}).get("behaviors")
+    return list(behaviors) if behaviors else None
+
+
 def initialization_source(source: str | Path, behavior_dir: str | None = None) -> Path:
     """The model file ``--initialize-from source`` names for one behavior.
 
@@ -310,8 +329,7 @@ def initialize_parameters(model: Any, path: Path, env: Any) -> None:
             f"--initialize-from {path}: its network does not fit this run's {type(model).__name__} "
             f"({first}). Initialize from a model of the same algorithm, behavior and network settings."
         ) from error
-    folder = path.parent.parent if path.parent.name == "checkpoints" else path.parent
-    stats = folder / NORMALIZE_FILE
+    stats = run_folder_of(path) / NORMALIZE_FILE
     if not (stats.is_file() and hasattr(env, "obs_rms")):  # the run or its source does not normalize
         print(f"Initialized from {path}")
         return

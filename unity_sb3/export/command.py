@@ -50,8 +50,9 @@ def export_from_args(args: Any) -> int:
 
     model_path = Path(args.model)
     if model_path.is_dir():
-        saved = model_path / "config.yaml"
-        behaviors = (yaml.safe_load(saved.read_text()) or {}).get("behaviors") if saved.is_file() else None
+        from unity_sb3.run_state import behaviors_of_run
+
+        behaviors = behaviors_of_run(model_path)
         if behaviors:
             raise SystemExit(
                 f"unity-sb3 export: {model_path} is a run of several behaviors ({', '.join(behaviors)}); each "
