@@ -445,29 +445,29 @@ def resumed_config(saved: dict[str, Any], args: argparse.Namespace) -> RunConfig
     return config
 
 
-#: ``unity-sb3 train`` flags that set one of Unity's engine settings (mlagents-learn's)
-ENGINE_FLAG_KEYS = ("width", "height", "quality_level", "target_frame_rate", "capture_frame_rate")
-
-
 def config_from_args(args: argparse.Namespace) -> RunConfig:
     """:func:`run_config_from_args` with the flags that only say how Unity opens on top (new and resumed
     runs alike): ``--base-port``, ``--num-areas``, ``--env-args``, ``--no-graphics-monitor``,
     ``--timeout-wait`` and the engine settings (``--width``, ``--height``, ``--quality-level``,
     ``--target-frame-rate``, ``--capture-frame-rate``)."""
+    from dataclasses import fields
+
+    from unity_sb3.unity.channels import EngineSettings
+
     config = run_config_from_args(args)
-    for key in ("base_port", "num_areas"):
-        if getattr(args, key, None) is not None:
-            config.open_kwargs = {**config.open_kwargs, key: int(getattr(args, key))}
+    given = {key: getattr(args, key, None) for key in ("base_port", "num_areas", "timeout_wait")}
+    opening: dict[str, Any] = {key: value for key, value in given.items() if value is not None}
     if getattr(args, "env_args", None):
-        config.open_kwargs = {**config.open_kwargs, "additional_args": list(args.env_args)}
+        opening["additional_args"] = list(args.env_args)
     if getattr(args, "no_graphics_monitor", None):
-        config.open_kwargs = {**config.open_kwargs, "no_graphics_monitor": True}
-    if getattr(args, "timeout_wait", None) is not None:
-        config.open_kwargs = {**config.open_kwargs, "timeout_wait": float(args.timeout_wait)}
-    engine = {key: getattr(args, key) for key in ENGINE_FLAG_KEYS if getattr(args, key, None) is not None}
+        opening["no_graphics_monitor"] = True
+    # the engine settings the command has flags for; time scale and graphics are run settings of their own
+    engine_keys = [f.name for f in fields(EngineSettings) if f.name not in ("time_scale", "no_graphics")]
+    engine = {key: getattr(args, key) for key in engine_keys if getattr(args, key, None) is not None}
     if engine:  # on top of the file's engine settings, else of the run's time scale and Unity's defaults
         base = config.open_kwargs.get("engine_settings") or {"time_scale": config.time_scale}
-        config.open_kwargs = {**config.open_kwargs, "engine_settings": {**dict(base), **engine}}
+        opening["engine_settings"] = {**dict(base), **engine}
+    config.open_kwargs = {**config.open_kwargs, **opening}
     return config
 
 
