@@ -326,6 +326,16 @@ def _sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+def _reported(command: str, errors: tuple[type[BaseException], ...], run: Callable[[], int]) -> int:
+    """``run()``, or exit code 2 with ``unity-sb3 COMMAND: error: ...`` for the ``errors`` that say what
+    was wrong with the input and what to do (no traceback)."""
+    try:
+        return run()
+    except errors as error:
+        print(f"unity-sb3 {command}: error: {error}", file=sys.stderr)
+        return 2
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``unity-sb3`` console script."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -343,30 +353,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         from unity_sb3.run_behaviors import train_from_args  # several behaviors / self-play, else run.py
         from unity_sb3.run_state import RunStartError
 
-        try:
-            with _sigterm_as_interrupt():
-                return train_from_args(args)
-        except RunStartError as error:  # what was wrong and what to do, without a traceback
-            print(f"unity-sb3 train: error: {error}", file=sys.stderr)
-            return 2
+        with _sigterm_as_interrupt():
+            return _reported("train", (RunStartError,), lambda: train_from_args(args))
+    # the model, scene or file given is wrong: said without a traceback
+    from unity_sb3.unity.errors import UnityConfigurationError
+
+    given_wrong = (UnityConfigurationError, FileNotFoundError)
     if args.command == "eval":
         from unity_sb3.run_eval import evaluate_from_args, evaluate_matches_from_args
-        from unity_sb3.unity.errors import UnityConfigurationError
 
-        try:
-            return (evaluate_matches_from_args if args.opponent is not None else evaluate_from_args)(args)
-        except (UnityConfigurationError, FileNotFoundError) as error:  # the model or scene given is wrong
-            print(f"unity-sb3 eval: error: {error}", file=sys.stderr)
-            return 2
+        evaluate = evaluate_matches_from_args if args.opponent is not None else evaluate_from_args
+        return _reported("eval", given_wrong, lambda: evaluate(args))
     if args.command == "record":
         from unity_sb3.run_record import record_from_args
-        from unity_sb3.unity.errors import UnityConfigurationError
 
-        try:
-            return record_from_args(args)
-        except (UnityConfigurationError, FileNotFoundError) as error:
-            print(f"unity-sb3 record: error: {error}", file=sys.stderr)
-            return 2
+        return _reported("record", given_wrong, lambda: record_from_args(args))
     if args.command == "scenes":
         from unity_sb3.scenes import describe_scene, list_scenes
 

@@ -308,10 +308,17 @@ def _onnx_config(args: argparse.Namespace) -> RunConfig:
     return RunConfig(env=args.env, seed=args.seed, transport=args.transport)
 
 
-def evaluate_onnx_from_args(args: argparse.Namespace) -> int:
-    """``unity-sb3 eval MODEL.onnx --env ENV``: Unity's inference of the model, as :class:`OnnxPolicy` runs it."""
+def _print_mean_reward(who: str, env: str, returns: Any) -> None:
+    """``WHO on ENV: mean reward M +/- S over N episodes`` for the episode returns of an evaluation."""
     import numpy as np
 
+    print(
+        f"{who} on {env}: mean reward {np.mean(returns):.2f} +/- {np.std(returns):.2f} over {len(returns)} episodes"
+    )
+
+
+def evaluate_onnx_from_args(args: argparse.Namespace) -> int:
+    """``unity-sb3 eval MODEL.onnx --env ENV``: Unity's inference of the model, as :class:`OnnxPolicy` runs it."""
     from unity_sb3.export.onnx_policy import OnnxPolicy, onnx_episode_returns
     from unity_sb3.open import open_unity
 
@@ -319,21 +326,16 @@ def evaluate_onnx_from_args(args: argparse.Namespace) -> int:
     policy = OnnxPolicy(args.model, deterministic=not args.stochastic)
     env = open_unity(config.env, **unity_open_kwargs(config))
     try:
-        returns = np.asarray(onnx_episode_returns(env, policy, args.episodes))
+        returns = onnx_episode_returns(env, policy, args.episodes)
     finally:
         env.close()
-    print(
-        f"{Path(args.model).name} on {config.env}: mean reward {returns.mean():.2f} +/- {returns.std():.2f} "
-        f"over {args.episodes} episodes"
-    )
+    _print_mean_reward(Path(args.model).name, config.env, returns)
     return 0
 
 
 def evaluate_behaviors_from_args(args: argparse.Namespace, behaviors: list[str]) -> int:
     """``unity-sb3 eval RUN`` of a run of several behaviors: every behavior played by its own model at
     once (``mlagents-learn --inference``), each one's mean episode reward printed."""
-    import numpy as np
-
     from unity_sb3.episodes import episode_returns
     from unity_sb3.open import open_unity
     from unity_sb3.selfplay.matches import policy_player, view_spec
@@ -373,10 +375,7 @@ def evaluate_behaviors_from_args(args: argparse.Namespace, behaviors: list[str])
         env.close()
     for name, values in returns.items():
         algo = loaded[name][2].algo
-        print(
-            f"{name} ({algo}) on {config.env}: mean reward {np.mean(values):.2f} +/- {np.std(values):.2f} "
-            f"over {args.episodes} episodes"
-        )
+        _print_mean_reward(f"{name} ({algo})", config.env, values)
     return 0
 
 

@@ -144,16 +144,15 @@ def check_onnx(path: str | Path, behavior_spec: BehaviorSpec, *, output_types: b
     )
     if not any(name in info.outputs for name in action_outputs):
         return ["the model does not contain any action output"]
-    for name in (DISCRETE_ACTIONS, DETERMINISTIC_DISCRETE_ACTIONS) if output_types else ():
-        if name in info.outputs and not info.output_types[name].startswith("int"):
-            problems.append(
-                f"{name} holds {info.output_types[name]}; Unity reads discrete actions as integers"
-            )
-    for name in (
-        (CONTINUOUS_ACTIONS, DETERMINISTIC_CONTINUOUS_ACTIONS, *CONSTANT_OUTPUTS) if output_types else ()
-    ):
-        if name in info.outputs and info.output_types[name] != "float32":
-            problems.append(f"{name} holds {info.output_types[name]}; Unity reads it as float32")
+    if output_types:
+        for name in (DISCRETE_ACTIONS, DETERMINISTIC_DISCRETE_ACTIONS):
+            if name in info.outputs and not info.output_types[name].startswith("int"):
+                problems.append(
+                    f"{name} holds {info.output_types[name]}; Unity reads discrete actions as integers"
+                )
+        for name in (CONTINUOUS_ACTIONS, DETERMINISTIC_CONTINUOUS_ACTIONS, *CONSTANT_OUTPUTS):
+            if name in info.outputs and info.output_types[name] != "float32":
+                problems.append(f"{name} holds {info.output_types[name]}; Unity reads it as float32")
     if info.version != MODEL_EXPORT_VERSION:
         problems.append(f"model API version {info.version}, expected {MODEL_EXPORT_VERSION}")
     obs_specs = list(behavior_spec.observation_specs)
