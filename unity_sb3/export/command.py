@@ -30,12 +30,11 @@ def export_beside(
     """
     import warnings
 
+    path = folder / ONNX_FILE
     try:
-        return to_onnx(model, folder / ONNX_FILE, behavior_spec=behavior_spec, vec_normalize=vec_normalize)
+        return to_onnx(model, path, behavior_spec=behavior_spec, vec_normalize=vec_normalize)
     except Exception as error:  # an unsupported algorithm or policy must not lose the trained model
-        stale = folder / ONNX_FILE
-        if stale.is_file():  # an earlier segment's export no longer matches model.zip
-            stale.unlink()
+        path.unlink(missing_ok=True)  # an earlier segment's export no longer matches model.zip
         warnings.warn(
             f"{name}: no ONNX export ({type(error).__name__}: {error}); model.zip is saved", stacklevel=2
         )

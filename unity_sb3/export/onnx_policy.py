@@ -79,8 +79,12 @@ class OnnxPolicy:
         self.deterministic = deterministic
         self._session = ort_session(self.path)
         self._inputs = {i.name: i for i in self._session.get_inputs()}
-        self.continuous_output = self._action_output(CONTINUOUS_ACTIONS, DETERMINISTIC_CONTINUOUS_ACTIONS)
-        self.discrete_output = self._action_output(DISCRETE_ACTIONS, DETERMINISTIC_DISCRETE_ACTIONS)
+        self.continuous_output = self._action_output(
+            self.info.continuous_size, CONTINUOUS_ACTIONS, DETERMINISTIC_CONTINUOUS_ACTIONS
+        )
+        self.discrete_output = self._action_output(
+            len(self.info.discrete_branches), DISCRETE_ACTIONS, DETERMINISTIC_DISCRETE_ACTIONS
+        )
         self._outputs = [name for name in (self.continuous_output, self.discrete_output) if name is not None]
         if self.memory_size:
             self._outputs.append(RECURRENT_OUT)
@@ -93,10 +97,8 @@ class OnnxPolicy:
         """Floats of memory per agent (0: the model has none)."""
         return self.info.memory_size
 
-    def _action_output(self, sampled: str, deterministic: str) -> str | None:
-        size = (
-            self.info.continuous_size if sampled == CONTINUOUS_ACTIONS else len(self.info.discrete_branches)
-        )
+    def _action_output(self, size: int, sampled: str, deterministic: str) -> str | None:
+        """The output the actions of one kind (``size`` values or branches) are read from, or ``None``."""
         if size == 0:
             return None
         if not self.deterministic or deterministic in self.info.outputs:
