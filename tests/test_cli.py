@@ -793,5 +793,6 @@ def test_eval_pits_a_self_play_model_against_other_players(tmp_path: Path, capsy
         assert f"vs {opponent} on Tennis: team 1: " in line and "in 4 games (win rate " in line
     with pytest.raises(ValueError, match="give one behavior's folder"):
         main(["eval", str(results / "t"), "--opponent", "random"])
-    with pytest.raises(ValueError, match="plays teams \\[0, 1\\]"):
-        main(["eval", str(folder), "--opponent", "random", "--team", "2"])
+    capsys.readouterr()
+    assert main(["eval", str(folder), "--opponent", "random", "--team", "2"]) == 2
+    assert "plays teams [0, 1]; --team 2 is not one of them" in capsys.readouterr().err

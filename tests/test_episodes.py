@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from mlagents_envs.base_env import ActionTuple
 
-from unity_sb3.episodes import episode_returns
+from unity_sb3.episodes import episode_returns, play
 from unity_sb3.scenes import make_scene
 
 
@@ -55,3 +55,34 @@ def test_bad_budgets_are_clear_errors() -> None:
         episode_returns(scene, {"Basic?team=0": still}, episodes=2, max_unity_steps=50)
     with pytest.raises(ValueError, match="episodes must be a whole number > 0"):
         episode_returns(scene, {"Basic?team=0": still}, episodes=0)
+
+
+@pytest.mark.parametrize("reset", [True, False])
+def test_resets_once_unless_the_caller_just_did(reset: bool) -> None:
+    scene = make_scene("Basic", seed=0)
+    scene.reset()
+    resets = []
+    original = scene.reset
+    scene.reset = lambda: resets.append(1) or original()  # type: ignore[method-assign]
+
+    def right(name, steps):
+        return ActionTuple(discrete=np.full((len(steps), 1), 2, np.int32))
+
+    returns = episode_returns(scene, {"Basic?team=0": right}, episodes=2, reset=reset)
+    assert len(resets) == int(reset) and returns["Basic?team=0"] == pytest.approx([0.93, 0.93], abs=1e-6)
+
+
+def test_play_yields_every_behaviors_batches_before_stepping() -> None:
+    scene = make_scene("Tennis", seed=0, num_agents=2)
+    scene.reset()
+    seen = []
+
+    def swing(name, steps):
+        seen.append(name)
+        return ActionTuple(continuous=np.zeros((len(steps), 3), np.float32))
+
+    for unity_step, batches in enumerate(play(scene, {"Tennis?team=0": swing})):
+        assert [name for name, _, _ in batches] == list(scene.behavior_specs)
+        if unity_step == 5:
+            break
+    assert seen and set(seen) == {"Tennis?team=0"}  # the other team played zeros, unasked

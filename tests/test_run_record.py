@@ -66,14 +66,17 @@ def test_a_scene_without_a_scripted_expert_says_so(tmp_path: Path, monkeypatch, 
 
     monkeypatch.setattr(Basic, "expert_actions", EmbeddedScene.expert_actions)  # the placeholder
     code, _ = record(tmp_path, "expert", "Basic", "--episodes", "1")
-    assert code == 2 and "Basic has no scripted expert; record an ONNX model" in capsys.readouterr().err
+    assert (
+        code == 2
+        and "Basic has no scripted player (expert_actions); play 'random', an ONNX" in capsys.readouterr().err
+    )
 
 
 @pytest.mark.parametrize(
     ("player", "extra", "message"),
     [
         ("expert", ["--episodes", "2", "--steps", "5"], "give exactly one of --episodes or --steps"),
-        ("expert", ["--episodes", "2", "--behavior", "Nobody"], "the scene has no behavior 'Nobody'"),
+        ("expert", ["--episodes", "2", "--behavior", "Nobody"], "unknown behavior 'Nobody' not found"),
         ("missing.onnx", ["--episodes", "2"], "no ONNX model at missing.onnx"),
     ],
 )

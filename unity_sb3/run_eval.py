@@ -129,11 +129,19 @@ def _team_of_model(names: list[str], behavior: str | None, team: int | None) -> 
     mine = [n for n in names if split_behavior_name(n)[0] == base or n == behavior]
     if not mine:
         raise ValueError(f"the scene has no behavior {behavior!r}; its behaviors are {names}")
-    teams = sorted(split_behavior_name(n)[1] for n in mine)
+    return mine, _chosen_team(
+        sorted(split_behavior_name(n)[1] for n in mine), team, f"behavior {base!r} plays teams"
+    )
+
+
+def _chosen_team(teams: list[int], team: int | None, whose: str) -> int:
+    """``--team``, checked against ``teams`` (``whose`` begins the error), else the first of them."""
+    from unity_sb3.unity.errors import UnityConfigurationError
+
     chosen = teams[0] if team is None else int(team)
     if chosen not in teams:
-        raise ValueError(f"behavior {base!r} plays teams {teams}; --team {team} is not one of them")
-    return mine, chosen
+        raise UnityConfigurationError(f"{whose} {teams}; --team {team} is not one of them")
+    return chosen
 
 
 def evaluate_matches_from_args(args: argparse.Namespace) -> int:
@@ -182,14 +190,9 @@ def evaluate_matches_from_args(args: argparse.Namespace) -> int:
 
 def _team_of_onnx(names: list[str], team: int | None) -> int:
     """The team an ONNX model plays: ``--team``, else the scene's first."""
-    from unity_sb3.unity.errors import UnityConfigurationError
     from unity_sb3.wrappers.behavior import split_behavior_name
 
-    teams = sorted({split_behavior_name(n)[1] for n in names})
-    chosen = teams[0] if team is None else int(team)
-    if chosen not in teams:
-        raise UnityConfigurationError(f"the scene's teams are {teams}; --team {team} is not one of them")
-    return chosen
+    return _chosen_team(sorted({split_behavior_name(n)[1] for n in names}), team, "the scene's teams are")
 
 
 def _onnx_player(path: str, env: Any, deterministic: bool) -> Any:
@@ -350,8 +353,7 @@ def evaluate_behaviors_from_args(args: argparse.Namespace, behaviors: list[str])
     deterministic = not args.stochastic
     env = open_unity(config.env, **unity_open_kwargs(config))
     try:
-        if not env.behavior_specs:
-            env.reset()  # a build sends its behaviors with the first reset
+        env.reset()  # a build sends its behaviors with the first reset
         answers = {}
         for unity_name in env.behavior_specs:
             base = split_behavior_name(unity_name)[0]
@@ -369,7 +371,7 @@ def evaluate_behaviors_from_args(args: argparse.Namespace, behaviors: list[str])
                 f"{config.env} has no behavior {missing}; its behaviors are {list(env.behavior_specs)}"
             )
         returns = episode_returns(
-            env, answers, args.episodes, group=lambda name: split_behavior_name(name)[0]
+            env, answers, args.episodes, group=lambda name: split_behavior_name(name)[0], reset=False
         )
     finally:
         env.close()

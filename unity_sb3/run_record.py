@@ -25,21 +25,6 @@ from unity_sb3.unity.errors import UnityConfigurationError
 __all__ = ["record_from_args", "recording_policy"]
 
 
-def _behavior(env: BaseEnv, name: str | None) -> str:
-    """The behavior to record: ``name`` (with or without ``?team=``), else the scene's only one."""
-    names = list(env.behavior_specs)
-    if name is None:
-        if len(names) != 1:
-            raise UnityConfigurationError(
-                f"the scene has several behaviors {names}; name one with --behavior"
-            )
-        return names[0]
-    found = [n for n in names if n == name or n.partition("?")[0] == name]
-    if not found:
-        raise UnityConfigurationError(f"the scene has no behavior {name!r}; its behaviors are {names}")
-    return found[0]
-
-
 def recording_policy(
     player: str, env: BaseEnv, behavior_name: str, *, deterministic: bool = True, seed: int = 0
 ) -> Callable[[DecisionSteps], ActionTuple]:
@@ -52,26 +37,13 @@ def recording_policy(
     :param deterministic: models take their most likely action (``False``: they sample).
     :param seed: seed of random play.
     """
-    from unity_sb3.selfplay.matches import policy_player, random_player, view_spec
+    from unity_sb3.selfplay.matches import policy_player, random_player, scripted_player, view_spec
 
     spec = env.behavior_specs[behavior_name]
-    if player == "expert":
-        expert = getattr(env, "expert_actions", None)
-        missing = (
-            f"{type(env).__name__} has no scripted expert; record an ONNX model or a trained model instead"
-        )
-        if expert is None:
-            raise UnityConfigurationError(missing)
-
-        def scripted(steps: DecisionSteps) -> ActionTuple:
-            try:
-                return expert(behavior_name, steps)
-            except NotImplementedError:  # EmbeddedScene's placeholder
-                raise UnityConfigurationError(missing) from None
-
-        return scripted
     answer: Any
-    if player == "random":
+    if player == "expert":
+        answer = scripted_player(env)
+    elif player == "random":
         answer = random_player(spec, seed)
     elif player.lower().endswith(".onnx"):
         from unity_sb3.export.onnx_policy import OnnxPolicy
@@ -92,6 +64,7 @@ def record_from_args(args: argparse.Namespace) -> int:
     from unity_sb3.demos.reader import describe_demo
     from unity_sb3.demos.writer import record_demo
     from unity_sb3.open import open_unity
+    from unity_sb3.wrappers.behavior import choose_behavior
 
     if (args.episodes is None) == (args.steps is None):
         raise UnityConfigurationError("give exactly one of --episodes or --steps")
@@ -99,7 +72,7 @@ def record_from_args(args: argparse.Namespace) -> int:
     env = open_unity(config.env, **unity_open_kwargs(config))
     try:
         env.reset()
-        name = _behavior(env, args.behavior)
+        name = choose_behavior(env.behavior_specs, args.behavior, "to record (--behavior NAME)")
         policy = recording_policy(args.player, env, name, deterministic=not args.stochastic, seed=args.seed)
         record_demo(
             env,

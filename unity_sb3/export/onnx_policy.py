@@ -234,8 +234,7 @@ def onnx_episode_returns(
     """
     from unity_sb3.episodes import episode_returns
 
-    if not env.behavior_specs:
-        env.reset()  # a build sends its behaviors with the first reset
+    env.reset()  # a build sends its behaviors with the first reset
     played = list(env.behavior_specs) if behaviors is None else list(behaviors)
     for name in played:
         if name not in env.behavior_specs:
@@ -246,6 +245,6 @@ def onnx_episode_returns(
     player = policy.player(env)
     answers = dict.fromkeys(played, player)
     played_together = episode_returns(
-        env, answers, episodes, group=lambda name: "played", max_unity_steps=max_unity_steps
+        env, answers, episodes, group=lambda name: "played", max_unity_steps=max_unity_steps, reset=False
     )
     return played_together["played"]

@@ -25,7 +25,7 @@ model was trained with when given (:func:`policy_player`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,15 +34,23 @@ from mlagents_envs.base_env import ActionTuple, BaseEnv, BehaviorSpec, DecisionS
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.policies import BasePolicy
 
+from unity_sb3.episodes import Answer, play
 from unity_sb3.selfplay.elo import DRAW, LOSS, WIN, result_from_reward
 from unity_sb3.selfplay.ghost import GhostPolicy, normalizer_weights
 from unity_sb3.spaces import BehaviorSpaces
+from unity_sb3.unity.errors import UnityConfigurationError
 from unity_sb3.wrappers.behavior import split_behavior_name
 
-__all__ = ["MatchResult", "Player", "play_matches", "policy_player", "random_player", "view_spec"]
+__all__ = [
+    "MatchResult",
+    "Player",
+    "play_matches",
+    "policy_player",
+    "random_player",
+    "scripted_player",
+    "view_spec",
+]
 
-#: ``answer(behavior_name, decision_steps) -> ActionTuple`` (the lockstep answerer's signature)
-Answer = Callable[[str, DecisionSteps], ActionTuple]
 #: ``"random"``, ``"expert"`` (the scene's scripted player), an answer function, or an SB3 model/policy
 Player = str | Answer | Any
 
@@ -116,6 +124,29 @@ def random_player(spec: BehaviorSpec, seed: int | None = None) -> Answer:
     return answer
 
 
+def scripted_player(env: BaseEnv) -> Answer:
+    """The scene's scripted player (its ``expert_actions``) as an answer function.
+
+    :raises UnityConfigurationError: ``env`` has no scripted player (a build, or a scene without one);
+        raised here, or at the first answer for a scene whose ``expert_actions`` is the placeholder.
+    """
+    missing = (
+        f"{type(env).__name__} has no scripted player (expert_actions); play 'random', an ONNX model "
+        "or a trained model instead"
+    )
+    expert = getattr(env, "expert_actions", None)
+    if expert is None:
+        raise UnityConfigurationError(missing)
+
+    def scripted(behavior_name: str, decision_steps: DecisionSteps) -> ActionTuple:
+        try:
+            return expert(behavior_name, decision_steps)
+        except NotImplementedError:  # EmbeddedScene's placeholder
+            raise UnityConfigurationError(missing) from None
+
+    return scripted
+
+
 def policy_player(
     model: Any,
     spec: BehaviorSpec,
@@ -161,21 +192,7 @@ def _answer_for(player: Player, env: BaseEnv, name: str, seed: int | None, deter
         if player == "random":
             return random_player(spec, seed)
         if player == "expert":
-            expert = getattr(env, "expert_actions", None)
-            if expert is None:
-                raise ValueError(
-                    f"{type(env).__name__} has no scripted player (expert_actions); use 'random' or a model"
-                )
-
-            def scripted(behavior_name: str, decision_steps: DecisionSteps) -> ActionTuple:
-                try:
-                    return expert(behavior_name, decision_steps)
-                except NotImplementedError:  # EmbeddedScene's placeholder
-                    raise ValueError(
-                        f"{type(env).__name__} has no scripted player (expert_actions); use 'random' or a model"
-                    ) from None
-
-            return scripted
+            return scripted_player(env)
         raise ValueError(f"unknown player {player!r}: use 'random', 'expert', a model or an answer function")
     if isinstance(player, (BaseAlgorithm, BasePolicy)):
         return policy_player(player, view_spec(env, name), deterministic=deterministic)
@@ -235,24 +252,18 @@ def play_matches(
     }
     result = MatchResult(team)
     env.reset()
-    while result.games < episodes:
-        for name in names:
-            decision, terminal = env.get_steps(name)
-            if len(terminal):
-                if team_of[name] == team:
-                    _record(terminal, name, result)
-                end_episodes = getattr(answers[name], "end_episodes", None)
-                if end_episodes is not None:  # a player with memories (an ONNX model's) forgets the ended
-                    end_episodes(terminal.agent_id)
-            if len(decision):
-                env.set_actions(name, answers[name](name, decision))
-        env.step()
-        result.unity_steps += 1
-        if max_unity_steps is not None and result.unity_steps >= max_unity_steps and result.games < episodes:
+    for unity_steps, batches in enumerate(play(env, answers)):
+        if max_unity_steps is not None and unity_steps >= max_unity_steps:
             raise RuntimeError(
                 f"only {result.games} of {episodes} games ended in {max_unity_steps} Unity steps; "
                 "raise max_unity_steps or check that the scene ends its episodes"
             )
+        result.unity_steps = unity_steps + 1
+        for name, _, terminal in batches:
+            if len(terminal) and team_of[name] == team:
+                _record(terminal, name, result)
+        if result.games >= episodes:
+            break
     del result.results[episodes:]
     return result
 
