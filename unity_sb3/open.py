@@ -95,7 +95,8 @@ def open_unity(
         watch one instance while the others train headless (mlagents-learn's ``--no-graphics-monitor``).
     :param num_areas: copies of the scene's training area (ML-Agents' ``num_areas``, which Unity's
         ``TrainingAreaReplicator`` reads from the handshake); an embedded scene opens with ``num_agents``
-        times as many areas.
+        times as many areas (:func:`unity_sb3.scenes.replicate_areas`), in-process or, told in the
+        handshake as a build is, in the stand-in player.
     :param timeout_wait: seconds to wait for Unity to connect and for each step.
     :param additional_args: more command-line arguments for the build.
     :param log_folder: where the build writes ``Player-<worker_id>.log`` (and the captured
@@ -116,12 +117,6 @@ def open_unity(
     if isinstance(num_areas, bool) or not isinstance(num_areas, int) or num_areas < 1:
         raise UnityConfigurationError(f"num_areas must be a whole number >= 1, got {num_areas!r}.")
     kind, name = _target_kind(target, transport)
-    if kind == "scene" and num_areas > 1:  # the scene's areas copied num_areas times, as the replicator does
-        from unity_sb3.scenes import scene_class
-
-        areas = scene_params.get("num_agents", scene_class(name).PARAMS["num_agents"])
-        scene_params = {**scene_params, "num_agents": int(areas) * num_areas}
-        num_areas = 1
     if scene_params and kind != "scene":
         raise UnityConfigurationError(
             f"Scene parameters {sorted(scene_params)} only apply to embedded scenes, not to "
@@ -140,11 +135,12 @@ def open_unity(
     graphics_off = graphics_off or (no_graphics_monitor and worker_id != 0)  # as mlagents_envs decides it
 
     env: Any
-    if kind == "scene" and transport != "player":
-        from unity_sb3.scenes import make_scene
+    if kind == "scene" and transport != "player":  # the areas copied here, as the replicator would
+        from unity_sb3.scenes import make_scene, replicate_areas
 
-        env = make_scene(name, seed=seed, side_channels=channels.all(), **scene_params)
-    else:
+        params = replicate_areas(name, scene_params, num_areas)
+        env = make_scene(name, seed=seed, side_channels=channels.all(), **params)
+    else:  # a build, the Editor and the stand-in player copy the areas themselves, told in the handshake
         file_name: str | None = name
         temp_dir: str | None = None
         if kind == "scene":

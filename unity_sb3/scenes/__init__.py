@@ -16,7 +16,7 @@ Scene modules are imported on first use, so importing this package stays cheap.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from unity_sb3.unity import compat as _compat  # noqa: F401  (before any mlagents_envs import)
@@ -42,7 +42,15 @@ SCENES: dict[str, str] = {
     "Hallway": "unity_sb3.scenes.hallway:Hallway",
 }
 
-__all__ = ["SCENES", "EmbeddedScene", "describe_scene", "list_scenes", "make_scene", "scene_class"]
+__all__ = [
+    "SCENES",
+    "EmbeddedScene",
+    "describe_scene",
+    "list_scenes",
+    "make_scene",
+    "replicate_areas",
+    "scene_class",
+]
 
 
 def __getattr__(name: str) -> Any:
@@ -81,6 +89,32 @@ def make_scene(
     :return: the scene, a ``mlagents_envs.base_env.BaseEnv``; call ``reset()`` first.
     """
     return scene_class(name)(seed=seed, side_channels=side_channels, **params)
+
+
+def replicate_areas(name: str, params: Mapping[str, Any], num_areas: int) -> dict[str, Any]:
+    """Scene parameters with the scene's training areas copied ``num_areas`` times.
+
+    The one rule for ML-Agents' ``num_areas`` on an embedded scene, which Unity's
+    ``TrainingAreaReplicator`` applies to a build after the handshake: the scene's ``num_agents``
+    areas (the given value, else the scene's default) become ``num_agents * num_areas``.
+    ``open_unity`` applies it in-process; the stand-in player applies it when the handshake asks.
+
+    :param name: one of :func:`list_scenes` (case-insensitive).
+    :param params: the scene parameters asked for (not changed).
+    :param num_areas: copies of the scene's areas, >= 1; 1 returns ``params`` as they are.
+    :return: the parameters to create the scene with.
+    :raises UnityConfigurationError: the scene has no ``num_agents`` parameter to scale.
+    """
+    if num_areas == 1:
+        return dict(params)
+    defaults = getattr(scene_class(name), "PARAMS", {})
+    if "num_agents" not in defaults:
+        raise UnityConfigurationError(
+            f"Scene {name!r} has no 'num_agents' parameter, so its training area cannot be copied "
+            f"num_areas={num_areas} times; open it with num_areas=1."
+        )
+    areas = params.get("num_agents", defaults["num_agents"])
+    return {**params, "num_agents": int(areas) * num_areas}
 
 
 def describe_scene(name: str, **params: Any) -> str:

@@ -25,7 +25,7 @@ from mlagents_envs.base_env import BaseEnv
 
 from unity_sb3.unity.errors import UnityConfigurationError
 
-__all__ = ["load_scene", "parse_param", "write_launcher"]
+__all__ = ["is_factory", "load_scene", "parse_param", "write_launcher"]
 
 
 def parse_param(text: str) -> tuple[str, Any]:
@@ -81,32 +81,45 @@ def _import_factory(spec: str) -> Callable[..., BaseEnv]:
     return factory
 
 
-def load_scene(scene: str, seed: int = 0, params: dict[str, Any] | None = None) -> BaseEnv:
+def is_factory(scene: str) -> bool:
+    """Whether ``scene`` names your own ``module:factory`` / ``file.py:factory`` (else a scene name)."""
+    return ":" in scene
+
+
+def load_scene(
+    scene: str, seed: int = 0, params: dict[str, Any] | None = None, num_areas: int = 1
+) -> BaseEnv:
     """Create the environment the player serves.
 
     :param scene: an embedded scene name (``unity_sb3.scenes.list_scenes()``), or
         ``module:factory`` / ``file.py:factory`` for your own ``BaseEnv``.
     :param seed: passed to the factory (the handshake's seed replaces it through ``reseed``).
     :param params: keyword arguments for the scene.
+    :param num_areas: copies of an embedded scene's training areas
+        (:func:`unity_sb3.scenes.replicate_areas`); a factory's scene cannot be copied.
     """
     params = dict(params or {})
-    if ":" in scene:
+    if is_factory(scene):
+        if num_areas != 1:
+            raise UnityConfigurationError(
+                f"{scene!r} is your own factory: the player cannot copy its areas num_areas={num_areas} times."
+            )
         return _import_factory(scene)(seed=seed, **params)
     try:
-        from unity_sb3.scenes import make_scene
+        from unity_sb3.scenes import make_scene, replicate_areas
     except ImportError as exc:
         raise UnityConfigurationError(
             f"Cannot serve scene {scene!r}: the embedded scenes (unity_sb3.scenes) are not available ({exc}). "
             "Pass module:factory to serve your own BaseEnv."
         ) from exc
-    return make_scene(scene, seed=seed, **params)
+    return make_scene(scene, seed=seed, **replicate_areas(scene, params, num_areas))
 
 
 _MANGLED = (".app", ".exe", ".x86")  # mlagents_envs.env_utils strips these anywhere in the path
 
 
 def _launcher_stem(scene: str) -> str:
-    stem = scene.rpartition(":")[2] if ":" in scene else scene
+    stem = scene.rpartition(":")[2] if is_factory(scene) else scene
     return re.sub(r"[^A-Za-z0-9_-]", "_", stem) or "scene"
 
 

@@ -21,8 +21,12 @@ client, Python the server, each ``Exchange`` reply is Python's next input):
 1. The player sends ``rl_initialization_output`` (all capabilities, one ``brain_parameters``
    per behavior) together with one placeholder agent per behavior, so Python knows every
    ``BehaviorSpec`` right after the handshake. The reply's ``rl_initialization_input.seed``
-   goes to the scene's ``reseed(seed)``. ``num_areas`` is ignored: an embedded scene has a
-   fixed number of agents, set with its own parameters.
+   goes to the scene's ``reseed(seed)``. Its ``num_areas`` > 1 copies the training area as Unity's
+   ``TrainingAreaReplicator`` does in a build: an embedded scene named on the command line is
+   created again with ``num_agents`` times ``num_areas`` areas
+   (:func:`unity_sb3.scenes.replicate_areas`, the rule ``open_unity`` uses in-process) before it is
+   reseeded; your own ``module:factory`` scene cannot be copied, so it keeps its agents and the
+   player logs a warning.
 2. The player sends an empty message; the reply is Python's first input (a reset).
 3. Each input is applied in Unity's order: side-channel bytes
    (``receive_side_channel_data``; training-analytics messages are consumed by the player,
@@ -38,8 +42,9 @@ client, Python the server, each ``Exchange`` reply is Python's next input):
 Differences from a Unity build: a build sends its ``brain_parameters`` with the first output
 after the reset, so ``UnityEnvironment.behavior_specs`` is empty until ``reset()``; the player
 sends them in the handshake already (``mlagents_envs`` accepts both; code that must also run
-against builds should call ``reset()`` before reading specs). ``num_areas`` is ignored. Without
-``--timeout`` the player waits for Python forever, as a build does.
+against builds should call ``reset()`` before reading specs). The copied areas of ``num_areas``
+are one scene with more agents, not areas laid out on a grid. Without ``--timeout`` the player
+waits for Python forever, as a build does.
 
 Exit codes: 0 closed by Python or Python went away; 1 the scene raised (traceback in the log);
 2 bad command line; 3 could not reach Python, or no answer within ``--timeout`` seconds.
@@ -52,7 +57,7 @@ import logging
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -74,7 +79,7 @@ from unity_sb3.scenes.player.codec import (
     without_channels,
     write_steps,
 )
-from unity_sb3.scenes.player.launcher import load_scene, parse_param
+from unity_sb3.scenes.player.launcher import is_factory, load_scene, parse_param
 from unity_sb3.scenes.player.layouts import ActionLayout
 from unity_sb3.unity import compat as _compat  # noqa: F401
 from unity_sb3.unity.errors import UnityConfigurationError
@@ -122,6 +127,9 @@ class StandInPlayer:
     :param compress_visual: send rank-3 observations as PNG (default, like Unity) or raw floats.
     :param host: where Python listens.
     :param log_path: where this player logs, sent to Python in the handshake.
+    :param replicate: ``replicate(num_areas)`` creates ``env`` again with its training areas copied
+        ``num_areas`` times, for a handshake that asks for more than one; ``None``: ``env`` cannot be
+        copied, and such a handshake gets a warning.
     """
 
     def __init__(
@@ -135,8 +143,10 @@ class StandInPlayer:
         compress_visual: bool = True,
         host: str = "localhost",
         log_path: str = "",
+        replicate: Callable[[int], BaseEnv] | None = None,
     ) -> None:
         self.env = env
+        self.replicate = replicate
         self.port = int(port)
         self.name = name
         self.timeout = timeout
@@ -231,10 +241,11 @@ class StandInPlayer:
             return False
         init = reply.unity_input.rl_initialization_input
         logger.info(
-            "Connected to Python mlagents_envs %s (communication %s); seed %d.",
+            "Connected to Python mlagents_envs %s (communication %s); seed %d, num_areas %d.",
             init.package_version,
             init.communication_version,
             init.seed,
+            init.num_areas,
         )
         python_major = init.communication_version.split(".")[0]
         if python_major and python_major != COMMUNICATION_VERSION.split(".")[0]:
@@ -244,9 +255,7 @@ class StandInPlayer:
                 COMMUNICATION_VERSION,
             )
         if init.num_areas > 1:
-            logger.warning(
-                "num_areas=%d ignored: set the scene's size with its own parameters.", init.num_areas
-            )
+            self._replicate_areas(int(init.num_areas))
         reseed = getattr(self.env, "reseed", None)
         if callable(reseed):
             reseed(int(init.seed))
@@ -257,6 +266,26 @@ class StandInPlayer:
                 init.seed,
             )
         return True
+
+    def _replicate_areas(self, num_areas: int) -> None:
+        """Serve the scene with its training area copied ``num_areas`` times, as Unity's
+        ``TrainingAreaReplicator`` does after the handshake (or warn that it cannot be copied)."""
+        if self.replicate is None:
+            logger.warning(
+                "num_areas=%d ignored: the player cannot copy the areas of %s (your own factory's scene), "
+                "so it keeps its agents. Give the factory more agents with its own parameters "
+                "(--param, or write_launcher(scene_params=...)) and open it with num_areas=1.",
+                num_areas,
+                self.name or type(self.env).__name__,
+            )
+            return
+        env = self.replicate(num_areas)
+        if behavior_specs_of(env) != self.specs:
+            env.close()
+            raise ProtocolError(f"num_areas={num_areas} changed the behavior specs sent in the handshake.")
+        self.env.close()
+        self.env = env
+        logger.info("Training area copied %d times, as Unity's TrainingAreaReplicator does.", num_areas)
 
     def _apply_input(self, reply: UnityMessageProto) -> bool:
         """Apply side channels, then the command. Returns False on QUIT."""
@@ -384,6 +413,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _serve(args: argparse.Namespace) -> int:
     env: BaseEnv | None = None
+    player: StandInPlayer | None = None
     try:
         try:
             params = dict(parse_param(p) for p in args.param)
@@ -392,6 +422,10 @@ def _serve(args: argparse.Namespace) -> int:
             code = EXIT_USAGE
         else:
             env = load_scene(args.scene, seed=args.seed, params=params)
+
+            def replicate(num_areas: int) -> BaseEnv:
+                return load_scene(args.scene, seed=args.seed, params=params, num_areas=num_areas)
+
             player = StandInPlayer(
                 env,
                 args.mlagents_port,
@@ -400,6 +434,7 @@ def _serve(args: argparse.Namespace) -> int:
                 compress_visual=not args.raw_visual,
                 host=args.host,
                 log_path=str(Path(args.log_file).resolve()) if args.log_file and args.log_file != "-" else "",
+                replicate=None if is_factory(args.scene) else replicate,
             )
             logger.info(
                 "Behaviors: %s; connecting to %s:%d.", list(player.specs), args.host, args.mlagents_port
@@ -418,6 +453,8 @@ def _serve(args: argparse.Namespace) -> int:
         logger.exception("The scene failed.")
         code = EXIT_SCENE_ERROR
     finally:
+        if player is not None:
+            env = player.env  # the scene with its areas copied, when the handshake asked for that
         if env is not None:
             try:
                 env.close()
