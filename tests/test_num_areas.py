@@ -91,3 +91,9 @@ def test_open_unity_copies_the_areas_once_through_the_player(tmp_path):
         assert len(env.get_steps("3DBall?team=0")[0]) == 6  # the player copied them, open_unity did not
     finally:
         env.close()
+
+
+@pytest.mark.parametrize("num_agents", [2.5, "4", 0, True])
+def test_the_rule_refuses_a_num_agents_it_cannot_multiply(num_agents) -> None:
+    with pytest.raises(UnityConfigurationError, match="num_agents must be a whole number >= 1"):
+        replicate_areas("Ball3D", {"num_agents": num_agents}, 3)

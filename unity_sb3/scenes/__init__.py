@@ -16,6 +16,7 @@ Scene modules are imported on first use, so importing this package stays cheap.
 from __future__ import annotations
 
 import importlib
+import numbers
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -114,6 +115,10 @@ def replicate_areas(name: str, params: Mapping[str, Any], num_areas: int) -> dic
             f"num_areas={num_areas} times; open it with num_areas=1."
         )
     areas = params.get("num_agents", defaults["num_agents"])
+    if isinstance(areas, bool) or not isinstance(areas, numbers.Integral) or areas < 1:
+        raise UnityConfigurationError(
+            f"Scene {name!r}: num_agents must be a whole number >= 1 to copy its areas, got {areas!r}."
+        )
     return {**params, "num_agents": int(areas) * num_areas}
 
 
