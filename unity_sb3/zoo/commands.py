@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from unity_sb3.zoo.envs import is_unity_id, make_unity_vec_env
-from unity_sb3.zoo.patching import _argv, _patched
+from unity_sb3.zoo.patching import argv_as, patched
 from unity_sb3.zoo.registration import register
 from unity_sb3.zoo.samplers import OFF_POLICY
 
@@ -22,7 +22,7 @@ def train(argv: Sequence[str]) -> None:
 
     from unity_sb3.zoo.experiment_manager import UnityExperimentManager as manager
 
-    with _argv(["unity_sb3.zoo train", *argv]), _patched(zoo_train, "ExperimentManager", manager):
+    with argv_as(["unity_sb3.zoo train", *argv]), patched(zoo_train, "ExperimentManager", manager):
         zoo_train.train()
 
 
@@ -71,7 +71,7 @@ def enjoy(argv: Sequence[str]) -> tuple[float, int]:
     if not is_unity_id(env_id):
         import rl_zoo3.enjoy as zoo_enjoy
 
-        with _argv(["unity_sb3.zoo enjoy", *argv]):
+        with argv_as(["unity_sb3.zoo enjoy", *argv]):
             zoo_enjoy.enjoy()
         return float("nan"), 0
     import numpy as np
@@ -200,7 +200,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command in ("plot_train", "plot_from_file", "all_plots"):
         from rl_zoo3 import cli
 
-        with _argv(["unity_sb3.zoo", command, *rest]):
+        with argv_as(["unity_sb3.zoo", command, *rest]):
             cli.main()
         return 0
     print(f"Unknown command {command!r}.\n{USAGE}")

@@ -10,8 +10,8 @@ from typing import Any
 
 from unity_sb3.config.hyperparams import HYPERPARAMS_DIR
 from unity_sb3.zoo.envs import is_unity_id, make_unity_vec_env
-from unity_sb3.zoo.patching import _patched, _patched_item
-from unity_sb3.zoo.samplers import _unity_sampler
+from unity_sb3.zoo.patching import patched, patched_item
+from unity_sb3.zoo.samplers import unity_sampler
 
 
 def _experiment_manager_class():
@@ -177,14 +177,14 @@ def _experiment_manager_class():
                 return super().objective(trial)
             from rl_zoo3 import hyperparams_opt
 
-            sampler = _unity_sampler(self.algo)
+            sampler = unity_sampler(self.algo)
             # the trial env has the same slots per instance as any env of this scene and kwargs
             probe = self.create_envs(1, no_log=True)
             _SlotAwareTrialEvalCallback.per_instance_slots = probe.num_envs
             probe.close()
             with (
-                _patched(zoo_exp, "TrialEvalCallback", _SlotAwareTrialEvalCallback),
-                _patched_item(hyperparams_opt.HYPERPARAMS_SAMPLER, self.algo, sampler),
+                patched(zoo_exp, "TrialEvalCallback", _SlotAwareTrialEvalCallback),
+                patched_item(hyperparams_opt.HYPERPARAMS_SAMPLER, self.algo, sampler),
             ):
                 return super().objective(trial)
 
@@ -196,7 +196,7 @@ def _experiment_manager_class():
             if importlib.util.find_spec("pandas") is not None:
                 return super().hyperparameters_optimization()
             # rl-zoo3 writes its report with pandas; without it, write the same CSV with the csv module
-            with _patched(optuna.study.Study, "trials_dataframe", lambda study: _TrialsTable(study)):
+            with patched(optuna.study.Study, "trials_dataframe", lambda study: _TrialsTable(study)):
                 return super().hyperparameters_optimization()
 
     return UnityExperimentManager

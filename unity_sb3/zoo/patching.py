@@ -9,7 +9,8 @@ from typing import Any
 
 
 @contextlib.contextmanager
-def _patched(target: Any, name: str, value: Any) -> Iterator[None]:
+def patched(target: Any, name: str, value: Any) -> Iterator[None]:
+    """``target.name`` set to ``value`` inside the block, restored after it."""
     old = getattr(target, name)
     setattr(target, name, value)
     try:
@@ -19,7 +20,8 @@ def _patched(target: Any, name: str, value: Any) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _patched_item(mapping: dict, key: Any, value: Any) -> Iterator[None]:
+def patched_item(mapping: dict, key: Any, value: Any) -> Iterator[None]:
+    """``mapping[key]`` set to ``value`` inside the block, restored (or removed) after it."""
     missing = object()
     old = mapping.get(key, missing)
     mapping[key] = value
@@ -33,7 +35,8 @@ def _patched_item(mapping: dict, key: Any, value: Any) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _argv(argv: Sequence[str]) -> Iterator[None]:
+def argv_as(argv: Sequence[str]) -> Iterator[None]:
+    """``sys.argv`` set to ``argv`` inside the block (rl-zoo3's commands parse it), restored after it."""
     old = sys.argv
     sys.argv = list(argv)
     try:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from unity_sb3.zoo.envs import BUILD_ID
-from unity_sb3.zoo.samplers import _unity_sampler, convert_unity_params
+from unity_sb3.zoo.samplers import convert_unity_params, unity_sampler
 
 #: the project's algorithms under the names RL Zoo's ``--algo`` takes
 ZOO_ALGORITHMS = ("ppo", "sac", "poca", "maskable_ppo", "recurrent_ppo", "a2c", "td3", "tqc")
@@ -20,7 +20,7 @@ def register() -> None:
         utils.ALGOS[name] = algorithm_class(name)
     hyperparams_opt.HYPERPARAMS_SAMPLER.setdefault("maskable_ppo", hyperparams_opt.sample_ppo_params)
     hyperparams_opt.HYPERPARAMS_SAMPLER.setdefault("recurrent_ppo", hyperparams_opt.sample_ppo_lstm_params)
-    hyperparams_opt.HYPERPARAMS_SAMPLER.setdefault("poca", _unity_sampler("poca"))
+    hyperparams_opt.HYPERPARAMS_SAMPLER.setdefault("poca", unity_sampler("poca"))
     for name in ("maskable_ppo", "recurrent_ppo"):
         hyperparams_opt.HYPERPARAMS_CONVERTER.setdefault(name, hyperparams_opt.convert_onpolicy_params)
     hyperparams_opt.HYPERPARAMS_CONVERTER.setdefault("poca", convert_unity_params)

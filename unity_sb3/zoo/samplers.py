@@ -58,7 +58,7 @@ def convert_unity_params(params: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _unity_sampler(algo: str):
+def unity_sampler(algo: str):
     def sample(trial: Any, n_actions: int, n_envs: int, additional_args: dict) -> dict[str, Any]:
         return sample_unity_params(algo, trial)
 
