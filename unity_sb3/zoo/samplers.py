@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 ON_POLICY = ("ppo", "maskable_ppo", "recurrent_ppo", "poca", "a2c")
@@ -58,7 +59,10 @@ def convert_unity_params(params: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def unity_sampler(algo: str):
+def unity_sampler(algo: str) -> Callable[[Any, int, int, dict], dict[str, Any]]:
+    """The sampler rl-zoo3's ``HYPERPARAMS_SAMPLER`` takes for ``algo``: :func:`sample_unity_params`
+    behind rl-zoo3's signature ``(trial, n_actions, n_envs, additional_args)``."""
+
     def sample(trial: Any, n_actions: int, n_envs: int, additional_args: dict) -> dict[str, Any]:
         return sample_unity_params(algo, trial)
 
