@@ -95,6 +95,39 @@ def test_hyper_moves_the_body_into_the_extractor_with_its_last_layer_conditioned
     assert "hidden_layers" not in kwargs["policy_kwargs"]["features_extractor_kwargs"]
 
 
+def test_hyper_conditions_only_the_poca_actor(capsys) -> None:
+    """POCA (``actor_only``): ML-Agents' ``SimpleActor`` gets the conditioned body, its centralised critic
+    (``MultiAgentNetworkBody``) the plain encoders, the goals concatenated with the rest."""
+    kwargs = _kwargs()
+    kwargs["policy_kwargs"]["net_arch"] = [32, 32]
+    network = {
+        "goal_conditioning_type": "hyper",
+        "hidden_units": 32,
+        "body_layers": [32, 32],
+        "actor_only": True,
+    }
+    resolve_mlagents_network(network, kwargs, _env())
+    policy_kwargs = kwargs["policy_kwargs"]
+    assert policy_kwargs["net_arch"] == []  # POCA's net_arch is the actor's alone
+    assert policy_kwargs["features_extractor_kwargs"]["hidden_layers"] == [32, 32]
+    assert policy_kwargs["features_extractor_kwargs"]["goal_conditioning"] == "hypernetwork"
+    assert policy_kwargs["critic_features_extractor_kwargs"] == {"encoder": "simple"}
+    out = capsys.readouterr().out
+    assert "the last of the body's 2 layers of the actor (HyperNetwork, as ML-Agents)" in out
+    assert "the centralised critic encodes them with the other observations" in out
+    critic = UnityMultiInputExtractor(
+        _env().observation_space, **policy_kwargs["critic_features_extractor_kwargs"]
+    )
+    assert critic.goal_keys == [] and critic.features_dim == 6  # the ray and the goal, concatenated
+    # a net_arch the user changed stays; the critic is still not conditioned
+    kwargs = _kwargs()
+    kwargs["policy_kwargs"]["net_arch"] = [64]
+    resolve_mlagents_network(network, kwargs, _env())
+    assert kwargs["policy_kwargs"]["net_arch"] == [64]
+    assert kwargs["policy_kwargs"]["critic_features_extractor_kwargs"] == {"encoder": "simple"}
+    assert "a layer of 32 before the network body of the actor" in capsys.readouterr().out
+
+
 def test_variable_length_goal_signal_stays_an_entity_observation(capsys) -> None:
     """ML-Agents gives an entity list's goal encoding size 0: it conditions nothing (``test_var_len_obs_and_goal_*``)."""
     specs = [

@@ -141,6 +141,13 @@ def test_goal_conditioning_type_reaches_the_run() -> None:
         "goal_conditioning_type": "hyper",
         "hidden_units": 128,
     }
+    push = convert_mlagents_config(CONFIGS / "poca/PushBlockCollab.yaml")  # only the actor is conditioned
+    assert push.hyperparams["mlagents_network"] == {
+        "goal_conditioning_type": "hyper",
+        "hidden_units": 256,
+        "body_layers": [256, 256],
+        "actor_only": True,
+    }
 
 
 def test_missing_demo_is_refused_before_unity_opens(tmp_path: Path, monkeypatch) -> None:

@@ -12,8 +12,14 @@ An ML-Agents trainer config says *how* goal signals condition the network
   other observations, and their encodings generate the weights of the network body's last layer, as
   ML-Agents' ``ConditionalEncoder``). For PPO the body moves from ``net_arch`` into the extractor
   (``hidden_layers``; the actor's and the critic's each have one, and with memory their LSTMs read
-  them) so that this is exactly ML-Agents' body; a shared critic's body is there already; for SAC and
-  POCA the conditioned layer, of ``hidden_units``, comes before the body;
+  them) so that this is exactly ML-Agents' body; a shared critic's body is there already. For POCA
+  only the actor is conditioned, as ML-Agents' (a ``SimpleActor`` over a ``NetworkBody``): its body
+  moves into the actor's extractor (``net_arch=[]``; with memory its LSTM reads it), while the
+  centralised critic (ML-Agents' ``MultiAgentNetworkBody``, no conditioning) keeps the plain
+  extractor settings (``critic_features_extractor_kwargs``: goals encoded and concatenated with the
+  other observations, then attended over). SAC keeps a conditioned layer, of ``hidden_units``,
+  before the body of its actor and Q networks (its Q networks take the action into ML-Agents' body,
+  so that body cannot move into a features extractor);
 - ``none``, or no goal signal -> goals stay ordinary observations, concatenated (ML-Agents' ``none``);
 - a variable-length goal signal (rank 2) conditions nothing and stays an ordinary entity
   observation: ML-Agents gives its goal encoding size 0;
@@ -75,7 +81,8 @@ def resolve_mlagents_network(network: Mapping[str, Any], kwargs: dict[str, Any],
 
     :param network: ``{"goal_conditioning_type": "hyper" | "none", "hidden_units": int}`` as the
         mapping wrote it, with ``"body_layers"`` (the ``net_arch`` list) where the body may move into
-        the features extractor.
+        the features extractor, and ``"actor_only": True`` where only the actor is conditioned (POCA:
+        ``net_arch`` is the actor's list, and ``critic_features_extractor_kwargs`` keep the plain settings).
     :param kwargs: the constructor arguments (``policy_kwargs`` already a dict); changed in place.
     :param env: the VecEnv the model will train on.
     """
@@ -103,19 +110,23 @@ def resolve_mlagents_network(network: Mapping[str, Any], kwargs: dict[str, Any],
             key in observation_space.spaces for key in goals
         )
         if separate and extractor is UnityMultiInputExtractor:
-            extractor_kwargs = dict(policy_kwargs.get("features_extractor_kwargs") or {})
-            extractor_kwargs.update(
+            plain = dict(policy_kwargs.get("features_extractor_kwargs") or {})
+            extractor_kwargs = dict(
+                plain,
                 goal_keys=list(goals),
                 goal_hidden_dim=hidden_units,
                 goal_features=True,
                 goal_conditioning="hypernetwork",
             )
+            actor_only = bool(network.get("actor_only"))
             body = network.get("body_layers")
             if body and list(policy_kwargs.get("net_arch") or []) == list(body):
                 # ML-Agents' ConditionalEncoder: the body's last layer is the conditioned one
                 extractor_kwargs["hidden_layers"] = list(body)
-                policy_kwargs["net_arch"] = dict(pi=[], vf=[])
+                policy_kwargs["net_arch"] = [] if actor_only else dict(pi=[], vf=[])
             policy_kwargs["features_extractor_kwargs"] = extractor_kwargs
+            if actor_only:  # POCA's centralised critic: goals encoded as ordinary observations
+                policy_kwargs.setdefault("critic_features_extractor_kwargs", plain)
             layers = extractor_kwargs.get("hidden_layers") or []
             where = (
                 f"the last of the body's {len(layers)} layers"
@@ -123,8 +134,14 @@ def resolve_mlagents_network(network: Mapping[str, Any], kwargs: dict[str, Any],
                 else f"a layer of {hidden_units} before the network body"
             )
             print(
-                f"goal_conditioning_type hyper: goal signals {', '.join(goals)} generate the weights of {where} "
-                "(HyperNetwork, as ML-Agents)"
+                f"goal_conditioning_type hyper: goal signals {', '.join(goals)} generate the weights of {where}"
+                + (" of the actor" if actor_only else "")
+                + " (HyperNetwork, as ML-Agents)"
+                + (
+                    "; the centralised critic encodes them with the other observations, unconditioned (as ML-Agents)"
+                    if actor_only
+                    else ""
+                )
             )
         else:
             why = (

@@ -321,8 +321,9 @@ def _map_network(m: _Mapper, network: dict[str, Any], where: str, shared_critic:
         _map_memory(m, memory, size, recurrent)
     # a goal-conditioned body belongs in the features extractor (its last layer is the conditioned one)
     # where each of actor and critic has an extractor of its own and the body is all that follows it
-    # (PPO; with memory the LSTM then reads the extractor, as ML-Agents' reads its body)
-    _map_goal_conditioning(m, network, units, n, arch if trainer == "ppo" and not shared else None)
+    # (PPO, and POCA's actor; with memory the LSTM then reads the extractor, as ML-Agents' reads its body)
+    movable = (trainer == "ppo" and not shared) or trainer == "poca"
+    _map_goal_conditioning(m, network, units, n, arch if movable else None, actor_only=trainer == "poca")
     if network["deterministic"]:
         m.ignore("network_settings.deterministic", True, "use deterministic=True when predicting/evaluating")
 
@@ -389,12 +390,18 @@ def _map_memory(m: _Mapper, memory: Mapping[str, Any], size: int, recurrent: boo
 
 
 def _map_goal_conditioning(
-    m: _Mapper, network: Mapping[str, Any], units: int, n: str, body_layers: list[int] | None
+    m: _Mapper,
+    network: Mapping[str, Any],
+    units: int,
+    n: str,
+    body_layers: list[int] | None,
+    actor_only: bool = False,
 ) -> None:
     """``goal_conditioning_type`` -> ``hyperparams["mlagents_network"]``, resolved when Unity is open.
 
     :param body_layers: ``net_arch`` when the body can move into the features extractor if there are
-        goals (PPO, with or without memory, without a shared critic), else ``None``.
+        goals (PPO, with or without memory, without a shared critic; POCA's actor), else ``None``.
+    :param actor_only: only the actor is conditioned (POCA: ML-Agents' centralised critic is not).
     """
     given = [key for key in ("goal_conditioning_type", "conditioning_type") if network[key] != "hyper"]
     key = given[0] if given else "goal_conditioning_type"
@@ -402,6 +409,8 @@ def _map_goal_conditioning(
     m.run.hyperparams["mlagents_network"] = {"goal_conditioning_type": value, "hidden_units": units}
     if value == "hyper" and body_layers is not None:
         m.run.hyperparams["mlagents_network"]["body_layers"] = list(body_layers)
+    if value == "hyper" and actor_only:
+        m.run.hyperparams["mlagents_network"]["actor_only"] = True
     if value == "hyper":
         target = (
             f"UnityMultiInputExtractor(goal_keys=<the scene's goal signals>, goal_hidden_dim={units}, "
@@ -410,6 +419,11 @@ def _map_goal_conditioning(
         note = (
             "goal-signal observations are encoded with the others and generate the weights of the body's last "
             "layer (ML-Agents' ConditionalEncoder and HyperNetwork); resolved when Unity is open"
+            + (
+                "; the actor's only: POCA's centralised critic encodes them as ordinary observations (as ML-Agents)"
+                if actor_only
+                else ""
+            )
         )
     else:
         target = "goal signals concatenated with the other observations"

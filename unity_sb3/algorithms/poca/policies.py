@@ -4,8 +4,9 @@ The actor is what every agent runs (features extractor -> MLP -> action distribu
 distributions are sb3-contrib's maskable ones, so action masks are honoured as in
 ``MaskablePPO``; a hybrid ``Tuple(Box, MultiDiscrete)`` action space takes
 :class:`~unity_sb3.algorithms.distributions.HybridDistribution`, masks on its branches, and its
-actions are flat ``(c + k,)`` rows inside the policy and the buffer). The critic has its own features extractor, applied to each group member's
-observation separately, feeding :class:`~unity_sb3.algorithms.poca.networks.GroupCriticBody`.
+actions are flat ``(c + k,)`` rows inside the policy and the buffer). The critic has its own
+features extractor (with its own settings where given), applied to each group member's observation
+separately, feeding :class:`~unity_sb3.algorithms.poca.networks.GroupCriticBody`.
 """
 
 from __future__ import annotations
@@ -65,7 +66,11 @@ class POCAPolicy(BasePolicy):
     :param log_std_init: initial log standard deviation for continuous actions.
     :param features_extractor_class: features extractor class, used once for the actor and once
         for the critic (the critic applies it to every group member's observation).
-    :param features_extractor_kwargs: its keyword arguments.
+    :param features_extractor_kwargs: its keyword arguments (the actor's).
+    :param critic_features_extractor_kwargs: the critic's extractor's keyword arguments; None: the
+        actor's. ML-Agents' POCA conditions only the actor on goal signals (its centralised critic
+        encodes them as ordinary observations), so the ML-Agents config mapping gives the critic
+        the plain settings.
     :param normalize_images: divide image observations by 255.
     :param critic_embed_dim: entity embedding size of the critic.
     :param critic_n_heads: attention heads of the critic.
@@ -86,6 +91,7 @@ class POCAPolicy(BasePolicy):
         log_std_init: float = 0.0,
         features_extractor_class: type[BaseFeaturesExtractor] = FlattenExtractor,
         features_extractor_kwargs: dict[str, Any] | None = None,
+        critic_features_extractor_kwargs: dict[str, Any] | None = None,
         normalize_images: bool = True,
         critic_embed_dim: int = 128,
         critic_n_heads: int = 4,
@@ -123,10 +129,15 @@ class POCAPolicy(BasePolicy):
         self.critic_embed_dim = critic_embed_dim
         self.critic_n_heads = critic_n_heads
         self.critic_net_arch = critic_net_arch
+        self.critic_features_extractor_kwargs = critic_features_extractor_kwargs
 
         self.features_extractor = self.make_features_extractor()
         self.features_dim = self.features_extractor.features_dim
-        self.critic_features_extractor = self.make_features_extractor()
+        self.critic_features_extractor = (
+            self.make_features_extractor()
+            if critic_features_extractor_kwargs is None
+            else self.features_extractor_class(self.observation_space, **critic_features_extractor_kwargs)
+        )
 
         actor_layers = create_mlp(self.features_dim, -1, self.net_arch, activation_fn)
         self.actor_net = nn.Sequential(*actor_layers)
@@ -173,6 +184,7 @@ class POCAPolicy(BasePolicy):
                 critic_embed_dim=self.critic_embed_dim,
                 critic_n_heads=self.critic_n_heads,
                 critic_net_arch=self.critic_net_arch,
+                critic_features_extractor_kwargs=self.critic_features_extractor_kwargs,
                 lr_schedule=self._dummy_schedule,
             )
         )

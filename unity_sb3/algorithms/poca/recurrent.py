@@ -53,7 +53,9 @@ class RecurrentPOCAPolicy(POCAPolicy):
     :param memory_size: floats of memory per agent (hidden + cell state), even; ML-Agents' default 128.
         The actor and each of the critic's two streams (V, baseline) have that much.
     :param sequence_length: steps per training sequence (BPTT length); ML-Agents' default 64.
-    :param kwargs: :class:`POCAPolicy`'s arguments (``net_arch`` must have at least one layer).
+    :param kwargs: :class:`POCAPolicy`'s arguments (``net_arch`` must have at least one layer, unless
+        the features extractor ends in the body: ``hidden_layers`` in ``features_extractor_kwargs``,
+        as the ML-Agents config mapping puts a goal-conditioned body; the LSTM then reads it).
     """
 
     critic: RecurrentGroupCriticBody
@@ -66,14 +68,17 @@ class RecurrentPOCAPolicy(POCAPolicy):
         **kwargs: Any,
     ) -> None:
         check_memory_settings(memory_size, sequence_length)
-        if kwargs.get("net_arch") == []:
+        if kwargs.get("net_arch") == [] and not (kwargs.get("features_extractor_kwargs") or {}).get(
+            "hidden_layers"
+        ):
             raise ValueError(
-                "a POCA memory policy needs at least one actor layer (net_arch=[]) before its LSTM."
+                "a POCA memory policy needs at least one actor layer (net_arch=[]) before its LSTM "
+                "(in net_arch, or the features extractor's hidden_layers)."
             )
         self.memory_size = memory_size
         self.sequence_length = sequence_length
         super().__init__(*args, **kwargs)
-        self.memory = LSTMMemory(self.net_arch[-1], memory_size)
+        self.memory = LSTMMemory(self.net_arch[-1] if self.net_arch else self.features_dim, memory_size)
         # the action model reads the LSTM's output (memory_size // 2) instead of the last layer
         if isinstance(self.action_dist, (HybridDistribution, DiagGaussianDistribution)):
             self.action_net, self.log_std = self.action_dist.proba_distribution_net(  # type: ignore[call-arg]
