@@ -128,6 +128,23 @@ def test_hyper_conditions_only_the_poca_actor(capsys) -> None:
     assert "a layer of 32 before the network body of the actor" in capsys.readouterr().out
 
 
+def test_a_lone_variable_length_goal_signal_is_recognised_as_one(capsys) -> None:
+    """The only observation is a Box, not a Dict: its goal key is its name, its entity key ``""``."""
+    spec = ObservationSpec(
+        (10, 5), (DimensionProperty.VARIABLE_SIZE, _NONE), ObservationType.GOAL_SIGNAL, "goal_buffer"
+    )
+    behavior_spaces = BehaviorSpaces(BehaviorSpec([spec], ActionSpec.create_discrete((2,))))
+    env = SimpleNamespace(
+        num_envs=1, spaces=behavior_spaces, observation_space=behavior_spaces.observation_space
+    )
+    kwargs = _kwargs()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", MLAgentsConfigWarning)  # not "flattened into one vector"
+        resolve_mlagents_network({"goal_conditioning_type": "hyper", "hidden_units": 32}, kwargs, env)
+    assert "goal_keys" not in kwargs["policy_kwargs"]["features_extractor_kwargs"]
+    assert "goal signals goal_buffer are variable-length" in capsys.readouterr().out
+
+
 def test_variable_length_goal_signal_stays_an_entity_observation(capsys) -> None:
     """ML-Agents gives an entity list's goal encoding size 0: it conditions nothing (``test_var_len_obs_and_goal_*``)."""
     specs = [

@@ -96,7 +96,11 @@ def resolve_mlagents_network(network: Mapping[str, Any], kwargs: dict[str, Any],
     policy_kwargs = kwargs.setdefault("policy_kwargs", {})
     extractor = policy_kwargs.get("features_extractor_class")
     goals = goal_signal_keys(env)
-    entity_goals = [key for key in goals if key in variable_length_keys(observation_space)]
+    # a single observation is a Box, keyed "" by variable_length_keys and by its name here
+    single = not isinstance(observation_space, spaces.Dict)
+    entity_goals = [
+        key for key in goals if ("" if single else key) in variable_length_keys(observation_space)
+    ]
     if entity_goals:
         # ML-Agents' goal encoding of an entity list has size 0: it conditions nothing and is
         # attended over as an ordinary observation (a mix with other goals is refused there)
