@@ -386,7 +386,7 @@ def test_fast_categorical_sampling_equals_sb3_contrib_distribution(branches, mas
     (one log_softmax of the masked logits for sb3-contrib's two normalisations)."""
     from sb3_contrib.common.maskable.distributions import make_masked_proba_distribution
 
-    from unity_sb3.algorithms.poca.policies import sample_masked_categorical
+    from unity_sb3.algorithms.poca.sampling import sample_masked_categorical
 
     space = spaces.Discrete(branches[0]) if len(branches) == 1 else spaces.MultiDiscrete(branches)
     gen = th.Generator().manual_seed(len(branches))
@@ -411,7 +411,7 @@ def test_fast_categorical_sampling_equals_sb3_contrib_distribution(branches, mas
         th.testing.assert_close(log_prob, want_log_prob, rtol=1e-6, atol=1e-6)
 
     # log-probabilities and entropies of given actions (the update's path), with their gradients
-    from unity_sb3.algorithms.poca.policies import masked_categorical_log_prob_entropy
+    from unity_sb3.algorithms.poca.sampling import masked_categorical_log_prob_entropy
 
     leaf = logits.clone().requires_grad_(True)
     distribution = make_masked_proba_distribution(space).proba_distribution(action_logits=leaf)

@@ -35,7 +35,7 @@ def test_gaussian_paths_equal_sb3_distribution(deterministic):
     actions exactly; its log-probabilities, entropies and gradients to float rounding."""
     from stable_baselines3.common.distributions import DiagGaussianDistribution
 
-    from unity_sb3.algorithms.poca.policies import diag_gaussian_log_prob_entropy, sample_diag_gaussian
+    from unity_sb3.algorithms.poca.sampling import diag_gaussian_log_prob_entropy, sample_diag_gaussian
 
     gen = th.Generator().manual_seed(0)
     mean = (th.randn(64, 3, generator=gen) * 2).requires_grad_(True)
