@@ -49,3 +49,11 @@ def test_bad_choice_says_what_to_do(names, asked, match):
 )
 def test_split_behavior_name(name, split):
     assert split_behavior_name(name) == split
+
+
+def test_the_choice_is_asked_for_in_the_callers_terms():
+    """A command names its flag where the Python wrappers name their keyword."""
+    with pytest.raises(UnityConfigurationError, match=r"pass --behavior NAME to choose the one to record$"):
+        choose_behavior(TWO, None, "to record", option="--behavior NAME")
+    with pytest.raises(UnityConfigurationError, match=r"pass behavior_name= to choose the one to follow$"):
+        choose_behavior(TWO, None, "to follow")

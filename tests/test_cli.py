@@ -791,8 +791,16 @@ def test_eval_pits_a_self_play_model_against_other_players(tmp_path: Path, capsy
         assert main(["eval", str(folder), "--opponent", opponent, "--episodes", "4", "--team", "1"]) == 0
         line = capsys.readouterr().out.strip().splitlines()[-1]
         assert f"vs {opponent} on Tennis: team 1: " in line and "in 4 games (win rate " in line
-    with pytest.raises(ValueError, match="give one behavior's folder"):
-        main(["eval", str(results / "t"), "--opponent", "random"])
+    # what was given wrong is said without a traceback (exit 2)
     capsys.readouterr()
-    assert main(["eval", str(folder), "--opponent", "random", "--team", "2"]) == 2
-    assert "plays teams [0, 1]; --team 2 is not one of them" in capsys.readouterr().err
+    for given, said in [
+        ([str(results / "t"), "--opponent", "random"], "give one behavior's folder"),
+        (
+            [str(folder), "--opponent", "random", "--team", "2"],
+            "plays teams [0, 1]; --team 2 is not one of them",
+        ),
+        ([str(folder), "--opponent", "random", "--env", "Ball3D"], "the scene has no behavior 'Tennis'"),
+        ([str(folder), "--opponent", f"{folder / 'selfplay.pt'}#99"], "has no snapshot #99"),
+    ]:
+        assert main(["eval", *given, "--episodes", "1"]) == 2, given
+        assert said in capsys.readouterr().err

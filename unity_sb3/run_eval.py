@@ -50,6 +50,7 @@ from unity_sb3.run_state import (
     run_folder_of,
 )
 from unity_sb3.slots import predict_masks
+from unity_sb3.unity.errors import UnityConfigurationError
 
 __all__ = ["at_trained_lessons", "evaluate_matches_from_args", "load_player_model"]
 
@@ -73,7 +74,7 @@ def _saved_config(folder: Path) -> RunConfig:
         return RunConfig()
     data = yaml.safe_load(saved.read_text()) or {}
     if "behaviors" in data:
-        raise ValueError(
+        raise UnityConfigurationError(
             f"{folder} is the folder of a run with several behaviors ({', '.join(data['behaviors'])}); "
             "give one behavior's folder, e.g. "
             f"{folder / next(iter(data['behaviors']))}"
@@ -109,7 +110,7 @@ def _snapshot(spec: str) -> dict[str, Any]:
     state = th.load(file, map_location="cpu", weights_only=True)
     behaviors = state.get("behaviors", {})
     if len(behaviors) != 1:
-        raise ValueError(
+        raise UnityConfigurationError(
             f"{file} holds the pools of {sorted(behaviors)}; a snapshot opponent needs a symmetric run's "
             "state (one behavior). Use the other behavior's model or checkpoint instead"
         )
@@ -118,7 +119,7 @@ def _snapshot(spec: str) -> dict[str, Any]:
     k = int(index) if index else (int(pool["snapshot_counter"]) - 1) % len(snapshots)
     if not 0 <= k < len(snapshots) or not snapshots[k]:
         filled = [i for i, s in enumerate(snapshots) if s]
-        raise ValueError(f"{file} has no snapshot #{k}; its pool holds snapshots {filled}")
+        raise UnityConfigurationError(f"{file} has no snapshot #{k}; its pool holds snapshots {filled}")
     return dict(snapshots[k])
 
 
@@ -128,7 +129,10 @@ def _team_of_model(names: list[str], behavior: str | None, team: int | None) -> 
     base = (behavior or "").partition("?")[0]
     mine = [n for n in names if split_behavior_name(n)[0] == base or n == behavior]
     if not mine:
-        raise ValueError(f"the scene has no behavior {behavior!r}; its behaviors are {names}")
+        raise UnityConfigurationError(
+            f"the scene has no behavior {behavior!r}, the model's; its behaviors are {names}. "
+            "Pass --env with the scene the model was trained on"
+        )
     return mine, _chosen_team(
         sorted(split_behavior_name(n)[1] for n in mine), team, f"behavior {base!r} plays teams"
     )
@@ -136,8 +140,6 @@ def _team_of_model(names: list[str], behavior: str | None, team: int | None) -> 
 
 def _chosen_team(teams: list[int], team: int | None, whose: str) -> int:
     """``--team``, checked against ``teams`` (``whose`` begins the error), else the first of them."""
-    from unity_sb3.unity.errors import UnityConfigurationError
-
     chosen = teams[0] if team is None else int(team)
     if chosen not in teams:
         raise UnityConfigurationError(f"{whose} {teams}; --team {team} is not one of them")
@@ -212,8 +214,6 @@ def _opponent(spec: str, model: Any, env: Any, deterministic: bool) -> Any:
         return lambda name: player
     if ".selfplay.pt" in spec or spec.partition("#")[0].endswith("selfplay.pt"):
         if model is None:
-            from unity_sb3.unity.errors import UnityConfigurationError
-
             raise UnityConfigurationError(
                 f"a self-play snapshot ({spec}) holds weights only; play it against the .zip model of the "
                 "run that saved it, not an ONNX model"
@@ -302,8 +302,6 @@ def _is_onnx(path: str | Path) -> bool:
 def _onnx_config(args: argparse.Namespace) -> RunConfig:
     """The run settings of an ONNX model's evaluation: it has no run folder, so ``--env`` names the scene."""
     if not args.env:
-        from unity_sb3.unity.errors import UnityConfigurationError
-
         raise UnityConfigurationError(
             f"{args.model} is an ONNX model, which does not say which scene it was trained on; "
             "name the scene or build with --env"
@@ -365,8 +363,6 @@ def evaluate_behaviors_from_args(args: argparse.Namespace, behaviors: list[str])
                 )
         missing = sorted(set(loaded) - {split_behavior_name(n)[0] for n in answers})
         if missing:
-            from unity_sb3.unity.errors import UnityConfigurationError
-
             raise UnityConfigurationError(
                 f"{config.env} has no behavior {missing}; its behaviors are {list(env.behavior_specs)}"
             )

@@ -72,7 +72,7 @@ def record_from_args(args: argparse.Namespace) -> int:
     env = open_unity(config.env, **unity_open_kwargs(config))
     try:
         env.reset()
-        name = choose_behavior(env.behavior_specs, args.behavior, "to record (--behavior NAME)")
+        name = choose_behavior(env.behavior_specs, args.behavior, "to record", option="--behavior NAME")
         policy = recording_policy(args.player, env, name, deterministic=not args.stochastic, seed=args.seed)
         record_demo(
             env,

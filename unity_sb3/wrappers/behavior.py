@@ -19,7 +19,9 @@ def split_behavior_name(name: str) -> tuple[str, int]:
     return base, team
 
 
-def choose_behavior(names: Iterable[str], behavior_name: str | None, where: str) -> str:
+def choose_behavior(
+    names: Iterable[str], behavior_name: str | None, where: str, option: str = "behavior_name="
+) -> str:
     """The behavior of a scene that ``behavior_name`` names.
 
     ``behavior_name`` is the full name (``"3DBall?team=0"``), the name without ``?team=`` when
@@ -29,6 +31,7 @@ def choose_behavior(names: Iterable[str], behavior_name: str | None, where: str)
     :param behavior_name: the behavior asked for, or ``None``.
     :param where: what the chosen behavior is for, ending the error that asks for a choice
         when the scene has several behaviors, e.g. ``"whose agents become the slots"``.
+    :param option: how the caller names a behavior, in that error (a command gives its flag).
     :return: the full behavior name.
     :raises UnityConfigurationError: the scene has no behavior, several and none was named, or
         none by that name (with the closest name as a hint).
@@ -42,7 +45,7 @@ def choose_behavior(names: Iterable[str], behavior_name: str | None, where: str)
         if len(names) == 1:
             return names[0]
         raise UnityConfigurationError(
-            f"the scene has several behaviors ({len(names)} behaviors: {names}); pass behavior_name= to "
+            f"the scene has several behaviors ({len(names)} behaviors: {names}); pass {option} to "
             f"choose the one {where}"
         )
     if behavior_name in names:
