@@ -8,8 +8,9 @@ parameters already queued, so they reach Unity with the first reset.
 Builds and the Editor are driven by :class:`LocalUnityEnvironment`, a
 ``mlagents_envs.environment.UnityEnvironment`` that differs from its parent where it matters:
 
-- its gRPC server listens on ``bind_address`` (loopback by default; ``mlagents_envs`` listens
-  on every interface, unauthenticated, so anything on the network could pose as Unity);
+- its gRPC server (:class:`~unity_sb3.unity.loopback.LoopbackRpcCommunicator`) listens on
+  ``bind_address`` (loopback by default; ``mlagents_envs`` listens on every interface,
+  unauthenticated, so anything on the network could pose as Unity);
 - each failure raises an error that says what happened and what to do
   (:mod:`unity_sb3.unity.errors`): missing or non-executable build, port in use (with a free
   ``worker_id``), timeout, version mismatch, Unity process exited (exit code and log path);
@@ -33,11 +34,8 @@ import time
 import warnings
 import weakref
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
-
-import grpc
 
 from unity_sb3.unity import compat as _compat  # noqa: F401  (before any mlagents_envs import)
 from unity_sb3.unity.errors import (
@@ -51,27 +49,21 @@ from unity_sb3.unity.errors import (
 )
 
 import mlagents_envs  # isort: skip
-from mlagents_envs.communicator_objects.unity_message_pb2 import UnityMessageProto  # isort: skip
 from mlagents_envs.communicator_objects.unity_rl_initialization_input_pb2 import (  # isort: skip
     UnityRLInitializationInputProto,
 )
-from mlagents_envs.communicator_objects.unity_to_external_pb2_grpc import (  # isort: skip
-    add_UnityToExternalProtoServicer_to_server,
-)
 from mlagents_envs.environment import UnityEnvironment  # isort: skip
 from mlagents_envs.exception import UnityCommunicatorStoppedException  # isort: skip
-from mlagents_envs.rpc_communicator import RpcCommunicator, UnityToExternalServicerImplementation  # isort: skip
 from mlagents_envs.side_channel import DefaultTrainingAnalyticsSideChannel  # isort: skip
 from mlagents_envs.side_channel.side_channel import SideChannel  # isort: skip
 from mlagents_envs.side_channel.side_channel_manager import SideChannelManager  # isort: skip
 from unity_sb3.unity.executable import resolve_executable
+from unity_sb3.unity.loopback import LoopbackRpcCommunicator
 from unity_sb3.unity.ports import (
     BASE_ENVIRONMENT_PORT,
     DEFAULT_EDITOR_PORT,
     PORT_SEARCH,
     _check_port_range,
-    _port_is_free,
-    find_free_worker_id,
     is_loopback,
 )
 
@@ -83,112 +75,6 @@ __all__ = [
     "LocalUnityEnvironment",
     "LoopbackRpcCommunicator",
 ]
-
-
-# --------------------------------------------------------------------------------------------
-# Communicator
-# --------------------------------------------------------------------------------------------
-class _Servicer(UnityToExternalServicerImplementation):
-    """Hands each ``Exchange`` to the Python side; fails the call cleanly once Python closed."""
-
-    def Exchange(self, request: UnityMessageProto, context: grpc.ServicerContext) -> UnityMessageProto:
-        try:
-            self.child_conn.send(request)
-            return self.child_conn.recv()
-        except (EOFError, OSError):
-            context.abort(grpc.StatusCode.UNAVAILABLE, "the Python side closed the connection")
-            raise  # unreachable: abort raises
-
-
-class LoopbackRpcCommunicator(RpcCommunicator):
-    """``mlagents_envs``' gRPC communicator, listening on one address instead of every interface.
-
-    Also: no ``SO_REUSEPORT`` (so two trainers cannot share a port), a poll interval that stays
-    sensible for short timeouts, a bounded wait for the second handshake message, and errors
-    from :mod:`unity_sb3.unity.errors`.
-
-    :param worker_id: offset from ``base_port``.
-    :param base_port: the port of worker 0.
-    :param timeout_wait: seconds to wait for each message from Unity.
-    :param bind_address: address to listen on; loopback by default.
-    :param timeout_hint: appended to the timeout error (what to check).
-    """
-
-    def __init__(
-        self,
-        worker_id: int = 0,
-        base_port: int = BASE_ENVIRONMENT_PORT,
-        timeout_wait: float = 60,
-        bind_address: str = "127.0.0.1",
-        timeout_hint: str = "",
-    ) -> None:
-        self.bind_address = bind_address
-        self.timeout_hint = timeout_hint
-        super().__init__(worker_id, base_port, timeout_wait)
-
-    def check_port(self, port: int) -> None:
-        if not _port_is_free(port, self.bind_address):
-            raise UnityPortInUseError(
-                port,
-                self.worker_id,
-                find_free_worker_id(port - self.worker_id, self.worker_id, self.bind_address),
-            )
-
-    def create_server(self) -> None:
-        self.check_port(self.port)
-        # kept to shut down in close(): grpc's server.stop() leaves its executor's threads running
-        self._executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix=f"unity-grpc-{self.port}")
-        server = grpc.server(self._executor, options=(("grpc.so_reuseport", 0),))
-        servicer = _Servicer()
-        add_UnityToExternalProtoServicer_to_server(servicer, server)
-        host = self.bind_address.strip("[]")
-        address = f"[{host}]:{self.port}" if ":" in host else f"{host}:{self.port}"
-        try:
-            bound = server.add_insecure_port(address)
-        except RuntimeError:
-            bound = 0
-        if bound != self.port:
-            server.stop(None)
-            self._executor.shutdown(wait=False)
-            raise UnityPortInUseError(
-                self.port,
-                self.worker_id,
-                find_free_worker_id(self.port - self.worker_id, self.worker_id, self.bind_address),
-            )
-        server.start()
-        self.server = server
-        self.unity_to_external = servicer
-        self.is_open = True
-
-    def poll_for_timeout(self, poll_callback: Any = None) -> None:
-        deadline = time.monotonic() + self.timeout_wait
-        interval = min(1.0, max(0.02, self.timeout_wait / 10))
-        while (remaining := deadline - time.monotonic()) > 0:
-            if self.unity_to_external.parent_conn.poll(min(interval, remaining)):
-                return
-            if poll_callback is not None:
-                poll_callback()
-        if poll_callback is not None:
-            poll_callback()  # a dead process explains the silence better than a timeout
-        raise UnityTimeoutError(self.worker_id, self.timeout_wait, detail=self.timeout_hint)
-
-    def initialize(self, inputs: Any, poll_callback: Any = None) -> Any:
-        self.poll_for_timeout(poll_callback)
-        academy_output = self.unity_to_external.parent_conn.recv().unity_output
-        message = UnityMessageProto()
-        message.header.status = 200
-        message.unity_input.CopyFrom(inputs)
-        self.unity_to_external.parent_conn.send(message)
-        self.poll_for_timeout(poll_callback)  # the parent waits for this one without a timeout
-        self.unity_to_external.parent_conn.recv()
-        return academy_output
-
-    def close(self) -> None:
-        if not self.is_open:
-            return
-        super().close()  # the 400 to Unity, then a server stop with a grace period (compat)
-        self._executor.shutdown(wait=False)
-        self.unity_to_external.child_conn.close()  # a socket pair: one fd per end
 
 
 # --------------------------------------------------------------------------------------------
