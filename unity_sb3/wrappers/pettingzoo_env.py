@@ -62,8 +62,16 @@ from pettingzoo.utils.conversions import parallel_to_aec_wrapper
 import unity_sb3.unity  # noqa: F401  (protobuf compat before mlagents_envs)
 from unity_sb3.spaces import BehaviorSpaces, HybridMode, VisualMode
 from unity_sb3.unity.errors import UnityConfigurationError
+from unity_sb3.wrappers._pettingzoo_spaces import (
+    DISCRETE_MASK_KEY,
+    MASK_KEY,
+    OBSERVATION_KEY,
+    MaskedObservations,
+    capacities,
+    display_names,
+)
 from unity_sb3.wrappers._steps import StepReader
-from unity_sb3.wrappers.behavior import choose_behavior, split_behavior_name
+from unity_sb3.wrappers.behavior import choose_behavior
 from unity_sb3.wrappers.gym_env import (
     DEFAULT_MAX_WAIT_STEPS,
     _batch_of_one,
@@ -73,10 +81,7 @@ from unity_sb3.wrappers.gym_env import (
     row_of,
 )
 
-OBSERVATION_KEY = "observation"
-MASK_KEY = "action_mask"
-#: hybrid behaviors: no mask fits ``action_space.sample(mask=...)``, so the discrete part's goes here
-DISCRETE_MASK_KEY = "discrete_action_mask"
+__all__ = ["DISCRETE_MASK_KEY", "MASK_KEY", "OBSERVATION_KEY", "UnityAECEnv", "UnityParallelEnv"]
 
 
 @dataclass
@@ -183,28 +188,22 @@ class UnityParallelEnv(ParallelEnv):
         self._spaces: dict[str, BehaviorSpaces] = {}
         self._obs_spaces: dict[str, spaces.Space] = {}
         self._act_spaces: dict[str, spaces.Space] = {}
-        self._mask_kind: dict[str, str | None] = {}
+        self._masked: dict[str, MaskedObservations] = {}
         for b in chosen:
             bs = BehaviorSpaces(
                 self._env.behavior_specs[b], visual=visual, flatten=flatten_obs, hybrid=hybrid
             )
             self._spaces[b] = bs
             self._act_spaces[b] = bs.action_space
-            kind = _mask_kind(bs) if action_masks else None
-            self._mask_kind[b] = kind
-            if kind is None:
-                self._obs_spaces[b] = bs.observation_space
-            else:
-                self._obs_spaces[b] = spaces.Dict(
-                    {OBSERVATION_KEY: bs.observation_space, _mask_key(kind): _mask_space(bs.branches, kind)}
-                )
+            self._masked[b] = MaskedObservations(bs, action_masks)
+            self._obs_spaces[b] = self._masked[b].observation_space
         if render_mode == "rgb_array" and all(first_visual_key(bs) is None for bs in self._spaces.values()):
             raise UnityConfigurationError(
                 "render_mode='rgb_array' needs a visual observation, but the selected behaviors have only "
                 "vector observations; use render_mode=None"
             )
-        self._display = _display_names(chosen)
-        self._capacity = _capacities(max_agents, chosen)
+        self._display = display_names(chosen)
+        self._capacity = capacities(max_agents, chosen)
         self.possible_agents: list[str] = []
         self._name_behavior: dict[str, str] = {}
         for b, cap in self._capacity.items():
@@ -299,29 +298,6 @@ class UnityParallelEnv(ParallelEnv):
         self._next_index[behavior] = k + 1
         return self._declare(behavior, k)
 
-    def _observation(self, behavior: str, obs: Any, mask: Any) -> Any:
-        kind = self._mask_kind[behavior]
-        if kind is None:
-            return obs
-        return {OBSERVATION_KEY: obs, _mask_key(kind): mask}
-
-    def _masks(self, behavior: str, dec: DecisionSteps) -> np.ndarray | None:
-        if self._mask_kind[behavior] is None:
-            return None
-        return self._spaces[behavior].action_masks(dec.action_mask, len(dec)).astype(np.int8)
-
-    def _mask_value(self, behavior: str, flat: np.ndarray | None) -> Any:
-        kind = self._mask_kind[behavior]
-        if kind is None:
-            return None
-        branches = self._spaces[behavior].branches
-        if flat is None:
-            flat = np.ones(sum(branches), dtype=np.int8)
-        if kind == "discrete":
-            return np.array(flat, dtype=np.int8)
-        edges = np.cumsum(branches)[:-1]
-        return tuple(np.array(part, dtype=np.int8) for part in np.split(flat, edges))
-
     def _take_decisions(self, b: str, dec: DecisionSteps, at_reset: bool = False) -> None:
         """Book a ``DecisionSteps`` of selected behavior ``b``: named agents, successors, spawns."""
         obs_batch = None
@@ -347,9 +323,9 @@ class UnityParallelEnv(ParallelEnv):
             agent = self._agents[name]
             if obs_batch is None:
                 obs_batch = self._spaces[b].observations(dec.obs)
-                masks = self._masks(b, dec)
+                masks = self._masked[b].masks(dec)
             agent.obs = row_of(obs_batch, row)
-            agent.mask = self._mask_value(b, None if masks is None else masks[row])
+            agent.mask = self._masked[b].mask_value(None if masks is None else masks[row])
             agent.reward += float(dec.reward[row])
             agent.group_reward += float(dec.group_reward[row])
             agent.group_id = int(dec.group_id[row])
@@ -372,7 +348,7 @@ class UnityParallelEnv(ParallelEnv):
                 obs_batch = self._spaces[b].observations(term.obs)
             agent = self._agents[name]
             agent.obs = row_of(obs_batch, row)
-            agent.mask = self._mask_value(b, None)
+            agent.mask = self._masked[b].mask_value(None)
             agent.reward += float(term.reward[row])
             agent.group_reward += float(term.group_reward[row])
             agent.group_id = int(term.group_id[row])
@@ -441,7 +417,7 @@ class UnityParallelEnv(ParallelEnv):
         for name in self.agents:
             agent = self._agents[name]
             agent.reward = agent.group_reward = 0.0
-            observations[name] = self._observation(agent.behavior, agent.obs, agent.mask)
+            observations[name] = self._masked[agent.behavior].observation(agent.obs, agent.mask)
             infos[name] = self._info(agent)
         return observations, infos
 
@@ -502,7 +478,7 @@ class UnityParallelEnv(ParallelEnv):
         observations, rewards, terminations, truncations, infos = {}, {}, {}, {}, {}
         for name in reported:
             agent = self._agents[name]
-            observations[name] = self._observation(agent.behavior, agent.obs, agent.mask)
+            observations[name] = self._masked[agent.behavior].observation(agent.obs, agent.mask)
             rewards[name] = agent.reward
             terminations[name] = agent.terminated
             truncations[name] = agent.truncated
@@ -592,54 +568,3 @@ class UnityAECEnv(parallel_to_aec_wrapper):
 
     def __str__(self) -> str:
         return f"UnityAECEnv({', '.join(self.env.behavior_names)})"
-
-
-# ---------------------------------------------------------------------- helpers
-def _mask_kind(bs: BehaviorSpaces) -> str | None:
-    if not bs.branches:
-        return None
-    if bs.is_hybrid:
-        return None if bs.hybrid == "box" else "hybrid"
-    return "discrete" if len(bs.branches) == 1 else "branches"
-
-
-def _mask_key(kind: str) -> str:
-    return DISCRETE_MASK_KEY if kind == "hybrid" else MASK_KEY
-
-
-def _mask_space(branches: Sequence[int], kind: str) -> spaces.Space:
-    if kind == "discrete":
-        return spaces.Box(0, 1, shape=(branches[0],), dtype=np.int8)
-    return spaces.Tuple(tuple(spaces.Box(0, 1, shape=(b,), dtype=np.int8) for b in branches))
-
-
-def _display_names(behaviors: Sequence[str]) -> dict[str, str]:
-    bases = [split_behavior_name(b)[0] for b in behaviors]
-    names = {}
-    for b, base in zip(behaviors, bases):
-        clean = base.replace(" ", "_") or "agent"
-        if bases.count(base) > 1:
-            clean = f"{clean}_team{split_behavior_name(b)[1]}"
-        names[b] = clean
-    if len(set(names.values())) != len(names):  # pathological names: fall back to the full ones
-        names = {b: b for b in behaviors}
-    return names
-
-
-def _capacities(
-    max_agents: int | Mapping[str, int] | None, behaviors: Sequence[str]
-) -> dict[str, int | None]:
-    if max_agents is None:
-        return dict.fromkeys(behaviors)
-    if isinstance(max_agents, Mapping):
-        caps: dict[str, int | None] = {}
-        lookup = {**{split_behavior_name(k)[0]: v for k, v in max_agents.items()}, **max_agents}
-        for b in behaviors:
-            cap = lookup.get(b, lookup.get(split_behavior_name(b)[0]))
-            caps[b] = None if cap is None else int(cap)
-    else:
-        caps = dict.fromkeys(behaviors, int(max_agents))
-    for b, cap in caps.items():
-        if cap is not None and cap < 1:
-            raise ValueError(f"max_agents for {b!r} must be >= 1, got {cap}")
-    return caps
