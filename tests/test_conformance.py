@@ -31,7 +31,7 @@ from stable_baselines3.common.env_checker import check_env as sb3_check_env
 import unity_sb3  # noqa: F401  (protobuf compat before mlagents_envs)
 from unity_sb3.scenes import make_scene
 from unity_sb3.unity.errors import UnityConfigurationError
-from unity_sb3.wrappers._steps import StepReader
+from unity_sb3.wrappers._steps import ARRAY_STEPS, StepReader
 from unity_sb3.wrappers.gym_env import UnityGymEnv
 from unity_sb3.wrappers.pettingzoo_env import UnityAECEnv, UnityParallelEnv
 from unity_sb3.wrappers.vec_env import UnityVecEnv
@@ -525,6 +525,24 @@ def test_batches_already_in_array_form_pass_through_untouched():
     assert out[0] is decisions
     assert len(terminals) == 0  # empty batches become one shared empty batch
     assert out[1] is reader.normalize(decisions, terminals)[1]
+
+
+@pytest.mark.parametrize("declared", [True, False])
+def test_an_env_declaring_array_steps_is_read_without_checks(declared):
+    """``ARRAY_STEPS``: the batches of an env that declares them in array form (the embedded scenes do,
+    tests/test_scenes.py checks each) pass as they are; any other env's are checked and converted."""
+    reader, d, t = reader_and_steps()
+    listed = DecisionSteps(d.obs, d.reward, d.agent_id, d.action_mask, d.group_id.tolist(), d.group_reward)
+
+    class Env:
+        def get_steps(self, behavior_name: str) -> tuple[DecisionSteps, TerminalSteps]:
+            return listed, t
+
+    env = Env()
+    setattr(env, ARRAY_STEPS, declared)
+    decisions, terminals = reader.read(env)  # type: ignore[arg-type]
+    assert (decisions is listed) == declared and (terminals is t) == declared
+    assert declared or isinstance(decisions.group_id, np.ndarray)
 
 
 def test_unity_list_group_ids_alone_are_converted():

@@ -30,6 +30,7 @@ from unity_sb3.scenes.side_channels import (
     split_messages,
 )
 from unity_sb3.unity.errors import UnityConfigurationError
+from unity_sb3.wrappers._steps import ARRAY_STEPS, StepReader
 
 # single-behavior scenes; scenes with several behaviors (competitive) have test modules of their own
 SCENES = [name for name in list_scenes() if len(scene_class(name).behavior_names_of()) == 1]
@@ -216,6 +217,31 @@ def test_base_env_contract(name):
     env.close()
     with pytest.raises(UnityEnvironmentException, match="closed"):
         env.step()
+
+
+@pytest.mark.parametrize("name", list_scenes())
+def test_batches_are_in_the_array_form_the_scene_declares(name):
+    """``EmbeddedScene.array_steps``: the wrappers read a scene's batches without checks, so every batch
+    must be one that ``StepReader``'s checks return as it is (empty ones: arrays of the specs' shapes)."""
+    env = make_scene(name, seed=1, **SMALL.get(name, {"max_steps": 40}))  # (short episodes: terminal batches)
+    assert getattr(env, ARRAY_STEPS)
+    readers = {behavior: StepReader(behavior, spec) for behavior, spec in env.behavior_specs.items()}
+    rng = np.random.default_rng(0)
+    env.reset()
+    ended = 0
+    for _ in range(120):
+        for behavior, reader in readers.items():
+            d, t = env.get_steps(behavior)
+            for steps, normalized in ((d, reader.decisions(d)), (t, reader.terminals(t))):
+                if len(steps):
+                    assert normalized is steps
+                else:
+                    assert [o.shape for o in steps.obs] == [o.shape for o in normalized.obs]
+            ended += len(t)
+            env.set_actions(behavior, random_unity_actions(env.behavior_specs[behavior], d, rng))
+        env.step()
+    env.close()
+    assert ended  # terminal batches were checked too
 
 
 @pytest.mark.parametrize("name", [s for s in SCENES if s != "Ball3D"])

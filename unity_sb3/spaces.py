@@ -72,6 +72,9 @@ def observation_keys(specs: Sequence[ObservationSpec]) -> list[str]:
 
 #: how many batches of each uint8 image behavior are checked for values off [0, 1]
 _RANGE_CHECKS = 100
+# the continuous action bounds as float32 arrays: ufuncs take them ~0.25 us faster than Python floats
+# (the same float32 values either way)
+_LOW, _HIGH = np.array(-1.0, np.float32), np.array(1.0, np.float32)
 
 
 class BehaviorSpaces:
@@ -185,9 +188,9 @@ class BehaviorSpaces:
         """
         if len(obs) != len(self.obs_specs):
             raise ValueError(f"expected {len(self.obs_specs)} observation arrays, got {len(obs)}")
+        if len(obs) == 1:  # one observation spec (most behaviors): no list to build
+            return self._convert_one(0, obs[0])
         converted = [self._convert_one(i, o) for i, o in enumerate(obs)]
-        if len(converted) == 1:
-            return converted[0]
         if self.flatten:
             return np.concatenate([c.reshape(c.shape[0], -1) for c in converted], axis=1)
         return dict(zip(self.keys, converted))
@@ -262,7 +265,7 @@ class BehaviorSpaces:
         # (or finite values overflow float32, which the full check then clears)
         if not math.isfinite(np.add.reduce(arr, axis=None)) and not np.isfinite(arr).all():
             raise ValueError("continuous actions contain NaN or infinite values; check the policy's outputs")
-        return np.minimum(np.maximum(arr, -1.0), 1.0)
+        return np.minimum(np.maximum(arr, _LOW), _HIGH)
 
     def _discrete(self, value: Any, n: int) -> np.ndarray:
         arr = np.asarray(value)

@@ -100,6 +100,10 @@ class EmbeddedScene(BaseEnv):
     PARAM_DOCS: ClassVar[dict[str, str]] = {}
     #: Parameters that environment parameters (side channel) can override at each episode start.
     DYNAMIC_PARAMS: ClassVar[tuple[str, ...]] = ()
+    #: ``get_steps`` gives every batch in the array form the wrappers read (``wrappers._steps.ARRAY_STEPS``:
+    #: integer ids and group ids, float32 rewards, bool flags and masks, float or uint8 observations of
+    #: the specs' shapes), so they pass it on without checks. tests/test_scenes.py checks every scene.
+    array_steps: ClassVar[bool] = True
 
     def __init__(
         self, seed: int = 0, side_channels: Sequence[SideChannel] | None = None, **params: Any

@@ -19,6 +19,8 @@ A batch already in that form is returned as the very same object (a dozen attrib
 no copy), one whose only flaw is a list ``group_id`` (every batch of a real Unity build) gets
 just that field converted, and empty batches become one shared empty batch. Anything that
 cannot be read raises :class:`~unity_sb3.unity.errors.UnityConfigurationError` naming the field.
+An env that declares :data:`ARRAY_STEPS` (the embedded scenes, which build every batch in this
+form) has its batches passed on without any check.
 """
 
 from __future__ import annotations
@@ -31,6 +33,12 @@ from unity_sb3.unity import compat as _compat  # noqa: F401  (before mlagents_en
 from unity_sb3.unity.errors import UnityConfigurationError
 
 from mlagents_envs.base_env import BaseEnv, BehaviorSpec, DecisionSteps, TerminalSteps  # isort: skip
+
+#: The attribute by which a ``BaseEnv`` declares that every batch its ``get_steps`` gives is in the form
+#: above already (``EmbeddedScene`` does; tests/test_scenes.py checks each scene's batches), so that
+#: :meth:`StepReader.read` passes them on unchecked: Ball3D with random actions is read ~5 times per
+#: wrapper step at 256 agents, ~1 us of checks each.
+ARRAY_STEPS = "array_steps"
 
 _ndarray = np.ndarray
 _FLOAT32 = np.dtype(np.float32)
@@ -54,8 +62,11 @@ class StepReader:
         self._empty = (DecisionSteps.empty(spec), TerminalSteps.empty(spec))
 
     def read(self, env: BaseEnv) -> tuple[DecisionSteps, TerminalSteps]:
-        """``env.get_steps(behavior_name)``, normalised."""
+        """``env.get_steps(behavior_name)``, normalised (as they are from an env that declares
+        :data:`ARRAY_STEPS`)."""
         decisions, terminals = env.get_steps(self.behavior_name)
+        if getattr(env, ARRAY_STEPS, False):
+            return decisions, terminals
         return self.decisions(decisions), self.terminals(terminals)
 
     def normalize(

@@ -3,9 +3,11 @@
 ``UnityVecEnv`` steps Unity until some slot's agent asks for a decision (DESIGN 4.2). Agents end
 their episodes in the Unity steps in between (Ball3D with random actions: ~4.6 terminal batches of
 ~3 agents per wrapper step at 256 agents). Nothing reads the slots between two such steps, so the
-batches are collected and absorbed together, once, before the next decision batch is matched:
-concatenated into one batch, whose slots then end in a few vectorised operations, exactly as
-absorbing the batches one after the other would end them.
+batches are collected and absorbed together, once, before the next decision batch is matched,
+exactly as absorbing them one after the other would end the slots: a few ended slots in scalar
+steps, more with one copy of the observation rows per batch and their rewards, group ids and flags
+written in one go (as Python values: ``tolist`` of float32 gives each value exactly). Their
+placeholder observations are written only for slots that end the wrapper step without a new agent.
 
 Also the array helpers the wrapper's modules share (observations may be arrays or dicts of arrays).
 """
@@ -23,7 +25,7 @@ from mlagents_envs.base_env import TerminalSteps  # isort: skip
 if TYPE_CHECKING:
     from unity_sb3.spaces import BehaviorSpaces
 
-#: Up to this many slots ending in one terminal batch are absorbed in scalar steps (measured: scalar
+#: Up to this many slots ending in one wrapper step are absorbed in scalar steps (measured: scalar
 #: steps win up to 3, the row selections from 4 on).
 _FEW_ENDED = 3
 # ndarray.any() / .all() without their Python-level wrappers (1-d bool arrays)
@@ -46,37 +48,6 @@ def _copy(obs: Any) -> Any:
     if isinstance(obs, dict):
         return {k: np.array(v) for k, v in obs.items()}
     return np.array(obs)
-
-
-def _merged(
-    parts: list[tuple[TerminalSteps, list[tuple[int, int]]]],
-) -> list[tuple[TerminalSteps, list[tuple[int, int]]]]:
-    """Several terminal batches with their ``(slot, row)`` pairs as one batch (rows shifted), when
-    their arrays concatenate without changing a type; else ``parts`` as they are. (Conservative:
-    float observations of mixed widths would give the same float32 values, but group ids of mixed
-    signedness, e.g. uint64 and int64, would concatenate to floats.)"""
-    first = parts[0][0]
-    for term, _ in parts[1:]:
-        if term.group_id.dtype != first.group_id.dtype or any(
-            a.dtype != b.dtype for a, b in zip(term.obs, first.obs)
-        ):
-            return parts
-    terms = [term for term, _ in parts]
-    pairs: list[tuple[int, int]] = []
-    offset = 0
-    for term, found in parts:
-        pairs += [(slot, j + offset) for slot, j in found] if offset else found
-        offset += len(term)
-    cat = np.concatenate
-    merged = TerminalSteps(
-        [cat([t.obs[i] for t in terms]) for i in range(len(first.obs))],
-        cat([t.reward for t in terms]),
-        cat([t.interrupted for t in terms]),
-        cat([t.agent_id for t in terms]),
-        cat([t.group_id for t in terms]),
-        cat([t.group_reward for t in terms]),
-    )
-    return [(merged, pairs)]
 
 
 def _put(buf: Any, index: np.ndarray, values: Any) -> None:
@@ -108,72 +79,111 @@ def absorb_terminals(
 ) -> None:
     """End the episodes of the slots of ``inst`` whose agent is in ``batches`` (consecutive terminal batches,
     in Unity's order), exactly as absorbing them one after the other would: the first batch that
-    names a slot's agent ends it (its agent leaves ``slot_of``), and each slot ends at most once."""
-    # few agents end per step: a dict lookup beats sorting every slot's id
+    names a slot's agent ends it (its agent leaves ``slot_of``), and each slot ends at most once.
+
+    :param obs_buf: the observation buffer to write the ended slots' placeholders (their terminal
+        observations) into, or ``None`` to leave them to the caller (:func:`put_placeholders`): most
+        slots take a new agent in the same wrapper step, whose observation replaces the placeholder.
+    """
     slot_of = inst.slot_of
-    parts = []
+    ended: list[tuple[TerminalSteps, int, int]] = []  # (batch, row, slot), in the order the slots end
     for term in batches:
-        pairs = [(slot_of.pop(a), j) for j, a in enumerate(term.agent_id.tolist()) if a in slot_of]
-        if pairs:
-            parts.append((term, pairs))
-    # one batch of many slots beats several of a few (few slots each end in scalar steps, which beat
-    # concatenating the batches: measured with 12 and 256 Ball3D agents)
-    if len(parts) > 1 and sum(len(pairs) for _, pairs in parts) > _FEW_ENDED:
-        parts = _merged(parts)
-    for term, pairs in parts:
-        _absorb_pairs(inst, term, pairs, spaces, obs_buf, reward, group_reward, done, truncated, terminal_obs)
+        for j, agent in enumerate(term.agent_id.tolist()):
+            slot = slot_of.pop(agent, None)  # few agents end per step: a dict lookup beats sorting ids
+            if slot is not None:
+                ended.append((term, j, slot))
+    if not ended:
+        return
+    if len(ended) <= _FEW_ENDED:  # scalar steps beat a dozen row selections
+        group_id, bound = inst.group_id, inst.bound
+        for term, j, slot in ended:
+            terminal_obs[slot] = _copy(_row(spaces.observations(term.obs), j))
+            reward[slot] += term.reward[j]  # float32 sums, as with float32 arrays
+            group_reward[slot] += term.group_reward[j]
+            group_id[slot] = term.group_id[j]
+            truncated[slot] = term.interrupted[j]
+            done[slot] = True
+            bound[slot] = False
+    else:
+        _end_many(inst, _by_batch(ended), spaces, reward, group_reward, done, truncated, terminal_obs)
+    if obs_buf is not None:
+        put_placeholders(inst, obs_buf, terminal_obs, [slot for _, _, slot in ended])
+    # ``inst.rows`` needs no update: the decision batch that follows sets them all (and when the
+    # loop ends without one, or a crash ends it, the last Unity step left them all -1)
+    inst.all_bound = False
+    inst.identity = False
 
 
-def _absorb_pairs(
+def _by_batch(
+    ended: list[tuple[TerminalSteps, int, int]],
+) -> list[tuple[TerminalSteps, list[int], list[int]]]:
+    """``(batch, rows, slots)`` per batch, from the ``(batch, row, slot)`` of each ended slot."""
+    parts: list[tuple[TerminalSteps, list[int], list[int]]] = []
+    for term, j, slot in ended:
+        if not parts or parts[-1][0] is not term:
+            parts.append((term, [], []))
+        parts[-1][1].append(j)
+        parts[-1][2].append(slot)
+    return parts
+
+
+def _end_many(
     inst: Any,
-    term: TerminalSteps,
-    pairs: list[tuple[int, int]],
+    parts: list[tuple[TerminalSteps, list[int], list[int]]],
     spaces: BehaviorSpaces,
-    obs_buf: Any,
     reward: np.ndarray,
     group_reward: np.ndarray,
     done: np.ndarray,
     truncated: np.ndarray,
     terminal_obs: dict[int, Any],
 ) -> None:
-    """End slot ``s``'s episode with row ``j`` of ``term``, for each ``(s, j)`` of ``pairs``."""
-    converted = spaces.observations(term.obs)
-    if len(pairs) == 1:  # the usual case
-        slot, j = pairs[0]
-        ended: Any = slot
-        last = _copy(_row(converted, j))
-        terminal_obs[slot] = last
-    else:
-        slots = [p[0] for p in pairs]
-        ended = np.array(slots, dtype=np.int64)
-        every = len(pairs) == len(term)  # every ended agent had a slot (the usual case): no row selection
-        term_rows: Any = slice(None) if every else np.array([p[1] for p in pairs], dtype=np.int64)
-        last = _copy(converted) if every else _take(converted, term_rows)
-        if isinstance(last, dict):
-            for j, local in enumerate(slots):
-                terminal_obs[local] = _row(last, j)
-        else:  # a row view each, as last[j]
-            terminal_obs.update(zip(slots, last))
-    if len(pairs) <= _FEW_ENDED:  # scalar steps beat a dozen row selections
-        rew, group_rew = term.reward.tolist(), term.group_reward.tolist()  # float32 values, exact
-        groups, interrupted = term.group_id.tolist(), term.interrupted.tolist()
-        group_id = inst.group_id
-        for slot, j in pairs:
-            reward[slot] += rew[j]  # a float32 sum, as with term.reward[j]
-            group_reward[slot] += group_rew[j]
-            group_id[slot] = groups[j]
-            done[slot] = True
-            truncated[slot] = interrupted[j]
-    else:  # more than _FEW_ENDED pairs: ``term_rows`` is set above
-        reward[ended] += term.reward[term_rows]
-        group_reward[ended] += term.group_reward[term_rows]
-        inst.group_id[ended] = term.group_id[term_rows]
-        truncated[ended] = term.interrupted[term_rows]
-        done[ended] = True
-    # placeholder until a new agent takes the slot: the terminal observation
-    _put(obs_buf, inst.start + ended, last)
-    inst.bound[ended] = False
-    # ``inst.rows`` needs no update: the decision batch that follows sets them all (and when the
-    # loop ends without one, or a crash ends it, the last Unity step left them all -1)
-    inst.all_bound = False
-    inst.identity = False
+    """End the slots of ``parts`` (``(batch, rows, slots)``): one copy of the rows' observations per
+    batch, then every slot's reward, group reward, group id and flags written in one go."""
+    slots: list[int] = []
+    rewards: list[float] = []
+    group_rewards: list[float] = []
+    group_ids: list[int] = []
+    interrupted: list[bool] = []
+    for term, rows, part_slots in parts:
+        every = len(rows) == len(term.agent_id)  # every agent had a slot (the usual case): no row selection
+        _keep_terminal_obs(terminal_obs, spaces.observations(term.obs), None if every else rows, part_slots)
+        slots += part_slots
+        # (``tolist`` of float32 gives each value exactly)
+        rewards += _column(term.reward, rows, every)
+        group_rewards += _column(term.group_reward, rows, every)
+        group_ids += _column(term.group_id, rows, every)
+        interrupted += _column(term.interrupted, rows, every)
+    index = np.array(slots, dtype=np.intp)
+    reward[index] += np.array(rewards, dtype=np.float32)
+    group_reward[index] += np.array(group_rewards, dtype=np.float32)
+    inst.group_id[index] = group_ids
+    truncated[index] = interrupted
+    done[index] = True
+    inst.bound[index] = False
+
+
+def _column(values: np.ndarray, rows: list[int], every: bool) -> list[Any]:
+    """``values[rows]`` as Python values (``every``: ``rows`` are all of them, in order)."""
+    column = values.tolist()
+    return column if every else [column[j] for j in rows]
+
+
+def _keep_terminal_obs(
+    terminal_obs: dict[int, Any], converted: Any, rows: list[int] | None, slots: list[int]
+) -> None:
+    """``terminal_obs[slot]``: a copy of row ``j`` of ``converted``, for each ``slot`` and ``j`` of ``slots``
+    and ``rows`` (``None``: every row; one copy of the rows taken)."""
+    last = _copy(converted) if rows is None else _take(converted, rows)
+    if isinstance(last, dict):
+        for i, slot in enumerate(slots):
+            terminal_obs[slot] = _row(last, i)
+    else:  # a row view each, as last[i]
+        terminal_obs.update(zip(slots, last))
+
+
+def put_placeholders(inst: Any, obs_buf: Any, terminal_obs: dict[int, Any], slots: Any) -> None:
+    """Write each of ``slots``' terminal observation as its placeholder in ``obs_buf`` (slots that
+    ended and did not take a new agent in the same wrapper step)."""
+    start = inst.start
+    for slot in slots:
+        _put(obs_buf, start + slot, terminal_obs[slot])

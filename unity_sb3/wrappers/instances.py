@@ -14,7 +14,15 @@ from unity_sb3.unity import compat as _compat  # noqa: F401  (before mlagents_en
 from unity_sb3.unity.errors import UnityConfigurationError
 from unity_sb3.wrappers._slots import assign_free_slots, match_ids, unassigned_rows
 from unity_sb3.wrappers._steps import normalize_steps
-from unity_sb3.wrappers._terminals import _all, _any, _put, _put_slice, _take, absorb_terminals
+from unity_sb3.wrappers._terminals import (
+    _all,
+    _any,
+    _put,
+    _put_slice,
+    _take,
+    absorb_terminals,
+    put_placeholders,
+)
 
 from mlagents_envs.base_env import BaseEnv, DecisionSteps, TerminalSteps  # isort: skip
 from mlagents_envs.exception import UnityTimeOutException  # isort: skip
@@ -48,8 +56,9 @@ class _Instance:
     steady_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     steady_identity: bool = False  # ``steady_rows`` is ``arange``
     slots: slice = field(default_factory=lambda: slice(0, 0))
-    # shared constants, never written: ``rows`` when nobody asks, the mask of all slots
+    # shared constants, never written: ``rows`` when nobody asks, no slot, every slot active
     none_asking: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    no_slots: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     everyone: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
 
     def allocate(self, n: int) -> None:
@@ -82,6 +91,7 @@ class _StepResult:
     done: np.ndarray
     truncated: np.ndarray
     terminal_obs: dict[int, Any]
+    active: np.ndarray  # the slots whose agent asked (``rows >= 0``)
     restarted: bool = False
 
 
@@ -108,6 +118,38 @@ def _call(fn: Callable[[], Any], collect_errors: bool) -> Any:
         return fn()
     except Exception as exc:
         return exc
+
+
+def _same_values(a: np.ndarray, b: np.ndarray, skip: int = -1) -> bool:
+    """Whether two 1-d arrays of one length hold the same values (except at index ``skip``, if given);
+    equal bytes of one integer dtype say so in ~0.1 us at any length (an elementwise comparison and
+    its reduction take ~1 us)."""
+    if a.dtype == b.dtype and a.dtype.kind in "iu":
+        x, y = a.tobytes(), b.tobytes()
+        if skip < 0:
+            return x == y
+        cut = skip * a.itemsize
+        return x[:cut] == y[:cut] and x[cut + a.itemsize :] == y[cut + a.itemsize :]
+    same = a == b
+    if skip >= 0:
+        same[skip] = True
+    return bool(_all(same))
+
+
+def _add_decision_rewards(
+    reward: np.ndarray, group_reward: np.ndarray, dec: DecisionSteps, at: Any, rebound: np.ndarray
+) -> None:
+    """Add the rewards and group rewards of rows ``at`` of ``dec`` (one row per slot), except at the slots
+    in ``rebound``: their new agent's first decision brings no reward (the values there are put back,
+    bit for bit)."""
+    if len(rebound):
+        kept = reward[rebound], group_reward[rebound]
+        reward += dec.reward[at]
+        group_reward += dec.group_reward[at]
+        reward[rebound], group_reward[rebound] = kept
+    else:
+        reward += dec.reward[at]
+        group_reward += dec.group_reward[at]
 
 
 def _slice_actions(actions: Any, sl: slice) -> Any:
@@ -286,7 +328,7 @@ class InstancesMixin:
         """Answer every agent that asked: slot actions for bound agents, zeros for the others."""
         dec = inst.dec
         assert dec is not None
-        n_dec = len(dec)
+        n_dec = len(dec.agent_id)
         if n_dec:
             unity_actions = self.spaces.to_unity_actions(actions, inst.n)
             if inst.identity and n_dec == inst.n:
@@ -331,20 +373,16 @@ class InstancesMixin:
                     continue
                 if pending:
                     batches, pending = pending, []
-                    absorb_terminals(inst, batches, self.spaces, self._obs_buf, *ended)
-                kept = self._steady_match(inst, ids)  # (never steady on an empty batch: steady_ids are not)
-                if kept is not None:
-                    # steady state: every slot's agent (or its successor) asks at the same row as last time
+                    absorb_terminals(inst, batches, self.spaces, None, *ended)
+                # (never steady on an empty batch: steady_ids are not)
+                rebound = self._steady_match(inst, ids)
+                if rebound is not None:
+                    # steady state: every slot's agent (or its successor) asks at the same row as last time;
+                    # every slot is active, so no ended slot needs its placeholder
                     rows = inst.steady_rows
                     # slot i at row i: slices instead of row selections
                     at = slice(0, n) if inst.steady_identity else rows
-                    if kept is inst.everyone:
-                        reward += dec.reward[at]
-                        group_reward += dec.group_reward[at]
-                    else:  # slots re-bound just now get no reward for their agent's first decision
-                        # (x + -0.0 is x for every float32 x, -0.0 and NaN included: the others unchanged)
-                        reward += np.where(kept, dec.reward[at], -0.0)
-                        group_reward += np.where(kept, dec.group_reward[at], -0.0)
+                    _add_decision_rewards(reward, group_reward, dec, at, rebound)
                     inst.rows, inst.identity = rows, inst.steady_identity
                     inst.group_id[:] = dec.group_id[at]
                     converted = self.spaces.observations(dec.obs)
@@ -352,7 +390,10 @@ class InstancesMixin:
                         _put_slice(self._obs_buf, inst.slots, converted, n)
                     else:
                         _put(self._obs_buf, inst.slots, _take(converted, rows))
-                    return _StepResult(reward, group_reward, done, truncated, terminal_obs)
+                    # (every slot active: a copy of the shared mask is cheaper than ``rows >= 0``)
+                    return _StepResult(
+                        reward, group_reward, done, truncated, terminal_obs, inst.everyone.copy()
+                    )
                 rows = match_ids(inst.agent, inst.bound, ids)
                 found = rows >= 0
                 if found.any():
@@ -374,7 +415,7 @@ class InstancesMixin:
             else:
                 if pending:
                     batches, pending = pending, []
-                    absorb_terminals(inst, batches, self.spaces, self._obs_buf, *ended)
+                    absorb_terminals(inst, batches, self.spaces, None, *ended)
                 if not done.any():
                     raise UnityNoDecisionError(
                         f"Unity worker {inst.worker_id}: none of its {n} slots' agents of behavior "
@@ -386,19 +427,23 @@ class InstancesMixin:
             # a crash (or an error): the slots whose agents ended end as they would have Unity step by
             # Unity step; their placeholders are the terminal observations a restart reports
             if pending:
-                absorb_terminals(inst, pending, self.spaces, self._obs_buf, *ended)
+                absorb_terminals(inst, pending, self.spaces, None, *ended)
+            put_placeholders(inst, self._obs_buf, terminal_obs, terminal_obs)
             raise
-        self._write_obs(inst, inst.dec, np.flatnonzero(inst.rows >= 0))
-        return _StepResult(reward, group_reward, done, truncated, terminal_obs)
+        active = inst.rows >= 0
+        self._write_obs(inst, inst.dec, np.flatnonzero(active))
+        if terminal_obs:  # slots that ended and took no new agent show their terminal observation
+            put_placeholders(inst, self._obs_buf, terminal_obs, [s for s in terminal_obs if not active[s]])
+        return _StepResult(reward, group_reward, done, truncated, terminal_obs, active)
 
     def _steady_match(self, inst: _Instance, ids: np.ndarray) -> np.ndarray | None:
         """Whether the decision batch ``ids`` keeps every slot at its ``steady_rows`` row: ``None`` if
-        not, else the ``(n,)`` bool mask of the slots that were bound before (``inst.everyone`` when all)."""
+        not, else the slots re-bound just now (``inst.no_slots`` when every slot kept its agent)."""
         steady = inst.steady_ids
         if steady is None or len(ids) != len(steady):
             return None
         if inst.all_bound:
-            return inst.everyone if _all(ids == steady) else None
+            return inst.no_slots if _same_values(ids, steady) else None
         return self._rebind_steady(inst, ids)
 
     def _rebind_steady(self, inst: _Instance, ids: np.ndarray) -> np.ndarray | None:
@@ -411,12 +456,12 @@ class InstancesMixin:
         slots' rows are in the slots' order (free slots take the remaining agents in batch order).
 
         :param ids: ``(n_agents,)`` the agent ids of the decision batch, as long as ``steady_ids``.
-        :return: ``(n,)`` bool, the slots that were bound before.
+        :return: the slots re-bound, ascending.
         """
         bound = inst.bound
         free = (~bound).nonzero()[0]
         if len(free) == 1:  # one slot ended (the usual case with few agents): the same, in scalar steps
-            return self._rebind_one(inst, ids, int(free[0]))
+            return self._rebind_one(inst, ids, free)
         free_rows = free if inst.steady_identity else inst.steady_rows[free]
         moved = ids != inst.steady_ids
         moved[free_rows] = False
@@ -438,7 +483,6 @@ class InstancesMixin:
             if not set(old_ids.tolist()).isdisjoint(new_ids[renewed].tolist()):
                 return None  # a free slot's old agent asks at another free slot's row: _bind's case
             inst.steady_ids = np.array(ids, copy=True)
-        kept = bound.copy()
         # (every slot had an agent since ``steady_ids`` were set: ``had_agent`` is True already)
         inst.agent[free] = new_ids
         bound[free] = True
@@ -446,27 +490,25 @@ class InstancesMixin:
         for slot, agent_id in zip(free.tolist(), new_ids.tolist()):
             slot_of[agent_id] = slot
         inst.all_bound = True
-        return kept
+        return free
 
-    def _rebind_one(self, inst: _Instance, ids: np.ndarray, slot: int) -> np.ndarray | None:
-        """:meth:`_rebind_steady` when ``slot`` is the only free slot. With one renewed row the order
-        check holds trivially, and the old agent differs from the new one by definition."""
+    def _rebind_one(self, inst: _Instance, ids: np.ndarray, free: np.ndarray) -> np.ndarray | None:
+        """:meth:`_rebind_steady` when the one slot in ``free`` is the only free slot. With one renewed
+        row the order check holds trivially, and the old agent differs from the new one by definition."""
+        slot = int(free[0])
         row = int(inst.steady_rows[slot])
-        moved = ids != inst.steady_ids
-        moved[row] = False
-        if _any(moved):  # a bound slot's agent is not at its row any more
+        if not _same_values(ids, inst.steady_ids, row):  # a bound slot's agent is not at its row any more
             return None
         new_id = int(ids[row])
         if new_id != inst.agent[slot]:  # a new agent at the row
             if len(ids) != inst.n:
                 return None
             inst.steady_ids = np.array(ids, copy=True)
-        kept = inst.bound.copy()
         inst.agent[slot] = new_id
         inst.bound[slot] = True
         inst.slot_of[new_id] = slot
         inst.all_bound = True
-        return kept
+        return free
 
     def _bind(self, inst: _Instance, dec: DecisionSteps, rows: np.ndarray) -> None:
         """Give free slots to unassigned requesting agents; ``rows`` maps bound slots into ``dec``."""

@@ -191,6 +191,7 @@ class RestartMixin:
                 np.ones(n, bool),
                 np.ones(n, bool),
                 terminal,
+                inst.rows >= 0,
                 restarted=True,
             )
         raise self._crash_error(inst, last, f"crashed again after {self.max_restarts} restarts")

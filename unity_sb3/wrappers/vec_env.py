@@ -54,10 +54,29 @@ from unity_sb3.wrappers._steps import StepReader
 from unity_sb3.wrappers.behavior import choose_behavior
 
 from mlagents_envs.base_env import ActionTuple, BaseEnv, DecisionSteps  # isort: skip
-from unity_sb3.wrappers.instances import EnvSource, InstancesMixin, _all, _any, _Instance, _slice_actions
+from unity_sb3.wrappers.instances import (
+    EnvSource,
+    InstancesMixin,
+    _Instance,
+    _same_values,
+    _slice_actions,
+    _StepResult,
+)
 from unity_sb3.wrappers.restarts import RestartMixin, RestartPolicy
 
 OtherBehaviors = Callable[[str, DecisionSteps], ActionTuple | None]
+
+
+def _add_terminal_infos(infos: list[dict[str, Any]], start: int, result: _StepResult) -> None:
+    """The terminal observation, truncation and restart flag of each slot that ended in ``result`` (of
+    the instance whose slots begin at ``start``), in its info."""
+    truncated = result.truncated.tolist()
+    for local, obs in result.terminal_obs.items():
+        info = infos[start + local]
+        info[TERMINAL_OBSERVATION] = obs
+        info["TimeLimit.truncated"] = truncated[local]
+        if result.restarted:
+            info["restarted"] = True
 
 
 class _SlotView:
@@ -209,6 +228,8 @@ class UnityVecEnv(RestartMixin, InstancesMixin, VecEnv):
             self._fresh = True
             self._info_cache: list[dict[str, Any]] | None = None
             self._info_groups = np.zeros(0, np.int64)
+            # the bytes of an all-active mask and of all-zero group rewards (float32 +0.0)
+            self._every_slot, self._no_group_reward = b"\x01" * total, bytes(4 * total)
             self._views = [_SlotView(self, i) for i in range(total)]
             self._slot_instance = np.repeat(np.arange(len(self._instances)), counts)
             super().__init__(total, self.spaces.observation_space, self.spaces.action_space)
@@ -276,8 +297,12 @@ class UnityVecEnv(RestartMixin, InstancesMixin, VecEnv):
             if isinstance(result, BaseException):
                 result = self._restart_or_raise(inst, result)
             results = [result]
-            reward, group_reward, done = result.reward, result.group_reward, result.done
-            active = inst.rows >= 0
+            reward, group_reward, done, active = (
+                result.reward,
+                result.group_reward,
+                result.done,
+                result.active,
+            )
             group_id = inst.group_id
         else:
             jobs = [(inst, _slice_actions(actions, inst.slots)) for inst in instances]
@@ -288,24 +313,16 @@ class UnityVecEnv(RestartMixin, InstancesMixin, VecEnv):
             reward = np.concatenate([r.reward for r in results])
             group_reward = np.concatenate([r.group_reward for r in results])
             done = np.concatenate([r.done for r in results])
-            active = np.concatenate([inst.rows >= 0 for inst in instances])
+            active = np.concatenate([r.active for r in results])
             group_id = np.concatenate([inst.group_id for inst in instances])
         self._active = active
         self._masks = None
         if self.add_group_reward:
             reward = reward + group_reward
         infos = self._base_infos(active, group_id, group_reward)
-        if any(r.terminal_obs for r in results):
-            for inst, r in zip(instances, results):
-                if not r.terminal_obs:
-                    continue
-                truncated = r.truncated.tolist()
-                for local, obs in r.terminal_obs.items():
-                    info = infos[inst.start + local]
-                    info[TERMINAL_OBSERVATION] = obs
-                    info["TimeLimit.truncated"] = truncated[local]
-                    if r.restarted:
-                        info["restarted"] = True
+        for inst, r in zip(instances, results):
+            if r.terminal_obs:
+                _add_terminal_infos(infos, inst.start, r)
         if self.warn_inactive and not self._warned_inactive and not active.all():
             self._warned_inactive = True
             warnings.warn(
@@ -319,11 +336,13 @@ class UnityVecEnv(RestartMixin, InstancesMixin, VecEnv):
 
     def _base_infos(self, active: np.ndarray, group_id: np.ndarray, group_reward: np.ndarray) -> list[dict]:
         """Fresh info dicts; in the steady state (all active, no group reward, same groups) they are
-        copies of cached ones, which is several times cheaper than building them with many slots."""
+        copies of cached ones, which is several times cheaper than building them. The state is told by
+        comparing bytes (~0.1 us each, a reduction takes ~1 us); a group reward of -0.0, which no step
+        gives, would only build the dicts afresh."""
         cache = self._info_cache
-        steady = self.num_envs > 32 and not _any(group_reward) and _all(active)
+        steady = active.tobytes() == self._every_slot and group_reward.tobytes() == self._no_group_reward
         groups = self._info_groups
-        if steady and cache is not None and len(groups) == len(group_id) and _all(group_id == groups):
+        if steady and cache is not None and len(groups) == len(group_id) and _same_values(group_id, groups):
             return list(map(dict.copy, cache))
         infos: list[dict[str, Any]] = [
             {ACTIVE: a, GROUP_ID: g, GROUP_REWARD: gr}
