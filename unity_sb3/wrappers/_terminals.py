@@ -66,6 +66,10 @@ def _put_slice(buf: Any, sl: slice, values: Any, n: int) -> None:
         buf[sl] = values[:n]
 
 
+#: A terminal batch, its rows whose agents end slots, and those slots.
+_Part = tuple[TerminalSteps, list[int], list[int]]
+
+
 def absorb_terminals(
     inst: Any,
     batches: list[TerminalSteps],
@@ -86,50 +90,42 @@ def absorb_terminals(
         slots take a new agent in the same wrapper step, whose observation replaces the placeholder.
     """
     slot_of = inst.slot_of
-    ended: list[tuple[TerminalSteps, int, int]] = []  # (batch, row, slot), in the order the slots end
+    parts: list[_Part] = []
     for term in batches:
+        rows, slots = [], []
         for j, agent in enumerate(term.agent_id.tolist()):
             slot = slot_of.pop(agent, None)  # few agents end per step: a dict lookup beats sorting ids
             if slot is not None:
-                ended.append((term, j, slot))
-    if not ended:
+                rows.append(j)
+                slots.append(slot)
+        if slots:
+            parts.append((term, rows, slots))
+    if not parts:
         return
-    if len(ended) <= _FEW_ENDED:  # scalar steps beat a dozen row selections
+    if sum(len(slots) for _, _, slots in parts) <= _FEW_ENDED:  # scalar steps beat a dozen row selections
         group_id, bound = inst.group_id, inst.bound
-        for term, j, slot in ended:
-            terminal_obs[slot] = _copy(_row(spaces.observations(term.obs), j))
-            reward[slot] += term.reward[j]  # float32 sums, as with float32 arrays
-            group_reward[slot] += term.group_reward[j]
-            group_id[slot] = term.group_id[j]
-            truncated[slot] = term.interrupted[j]
-            done[slot] = True
-            bound[slot] = False
+        for term, rows, slots in parts:
+            for j, slot in zip(rows, slots):
+                terminal_obs[slot] = _copy(_row(spaces.observations(term.obs), j))
+                reward[slot] += term.reward[j]  # float32 sums, as with float32 arrays
+                group_reward[slot] += term.group_reward[j]
+                group_id[slot] = term.group_id[j]
+                truncated[slot] = term.interrupted[j]
+                done[slot] = True
+                bound[slot] = False
     else:
-        _end_many(inst, _by_batch(ended), spaces, reward, group_reward, done, truncated, terminal_obs)
+        _end_many(inst, parts, spaces, reward, group_reward, done, truncated, terminal_obs)
     if obs_buf is not None:
-        put_placeholders(inst, obs_buf, terminal_obs, [slot for _, _, slot in ended])
+        put_placeholders(inst, obs_buf, terminal_obs, [slot for _, _, slots in parts for slot in slots])
     # ``inst.rows`` needs no update: the decision batch that follows sets them all (and when the
     # loop ends without one, or a crash ends it, the last Unity step left them all -1)
     inst.all_bound = False
     inst.identity = False
 
 
-def _by_batch(
-    ended: list[tuple[TerminalSteps, int, int]],
-) -> list[tuple[TerminalSteps, list[int], list[int]]]:
-    """``(batch, rows, slots)`` per batch, from the ``(batch, row, slot)`` of each ended slot."""
-    parts: list[tuple[TerminalSteps, list[int], list[int]]] = []
-    for term, j, slot in ended:
-        if not parts or parts[-1][0] is not term:
-            parts.append((term, [], []))
-        parts[-1][1].append(j)
-        parts[-1][2].append(slot)
-    return parts
-
-
 def _end_many(
     inst: Any,
-    parts: list[tuple[TerminalSteps, list[int], list[int]]],
+    parts: list[_Part],
     spaces: BehaviorSpaces,
     reward: np.ndarray,
     group_reward: np.ndarray,
