@@ -12,7 +12,7 @@ import pytest
 
 from unity_sb3.spaces import BehaviorSpaces
 from unity_sb3.wrappers._terminals import absorb_terminals
-from unity_sb3.wrappers.instances import _Instance
+from unity_sb3.wrappers.instances import Instance
 
 from mlagents_envs.base_env import (  # isort: skip
     ActionSpec,
@@ -36,8 +36,8 @@ def _spec(visual: bool) -> BehaviorSpec:
     return BehaviorSpec(specs, ActionSpec(1, ()))
 
 
-def _instance(rng: np.random.Generator) -> _Instance:
-    inst = _Instance(worker_id=0, source=None, env=None, start=3)  # type: ignore[arg-type]
+def _instance(rng: np.random.Generator) -> Instance:
+    inst = Instance(worker_id=0, source=None, env=None, start=3)  # type: ignore[arg-type]
     inst.allocate(N_SLOTS)
     bound = rng.random(N_SLOTS) < 0.8
     inst.agent[:] = 100 + np.arange(N_SLOTS)

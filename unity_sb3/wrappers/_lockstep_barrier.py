@@ -101,7 +101,7 @@ class ViewState:
 
 
 @dataclass(eq=False)
-class _ProxyState:
+class ProxyState:
     """The barrier's bookkeeping of one view on one instance."""
 
     view: ViewState
@@ -166,7 +166,7 @@ class InstanceBarrier:
         #: behavior -> (ids that asked, rows per owner, live agents per owner) of the last assignment;
         #: dropped whenever owners change other than by a step (claim, detach, reset, restart)
         self._known: dict[str, tuple[list[int], dict[ViewState, np.ndarray], dict[ViewState, int]]] = {}
-        self._proxies: dict[ViewState, _ProxyState] = {}
+        self._proxies: dict[ViewState, ProxyState] = {}
         self._stepped = True  # Unity stepped since the last real reset (or was never reset)
         self._busy = False
         self._error: BaseException | None = None
@@ -174,11 +174,11 @@ class InstanceBarrier:
         self._seed: int | None = None  # for the next real reset
 
     # ------------------------------------------------------------------ views
-    def add_view(self, view: ViewState) -> _ProxyState:
+    def add_view(self, view: ViewState) -> ProxyState:
         """Register ``view``; agents of its behaviors that nobody owns now become its, when eligible."""
         with self.cond:
             self._wait_idle()
-            state = self._proxies[view] = _ProxyState(view)
+            state = self._proxies[view] = ProxyState(view)
             self._claim(view)
             return state
 
@@ -245,7 +245,7 @@ class InstanceBarrier:
             state.arrived = -1
 
     # ------------------------------------------------------------------ proxy calls
-    def get_steps(self, state: _ProxyState, name: str) -> tuple[DecisionSteps, TerminalSteps]:
+    def get_steps(self, state: ProxyState, name: str) -> tuple[DecisionSteps, TerminalSteps]:
         with self.cond:
             self._wait_idle()
             self._check(state, detached_ok=True)
@@ -258,7 +258,7 @@ class InstanceBarrier:
                 state.cache = self._view_steps(state)
             return state.cache
 
-    def set_actions(self, state: _ProxyState, name: str, action: ActionTuple) -> None:
+    def set_actions(self, state: ProxyState, name: str, action: ActionTuple) -> None:
         with self.cond:
             self._wait_idle()
             self._check(state)
@@ -273,7 +273,7 @@ class InstanceBarrier:
                 start += n
             state.action_round = state.seen
 
-    def step(self, state: _ProxyState) -> None:
+    def step(self, state: ProxyState) -> None:
         with self.cond:
             self._check(state)
             if state.seen != self.round:
@@ -284,7 +284,7 @@ class InstanceBarrier:
             finally:
                 state.arrived = -1
 
-    def reset(self, state: _ProxyState) -> None:
+    def reset(self, state: ProxyState) -> None:
         with self.cond:
             self._check(state)
             self._wait_idle()
@@ -306,7 +306,7 @@ class InstanceBarrier:
             self.round += 1
             self.cond.notify_all()
 
-    def restart(self, state: _ProxyState) -> None:
+    def restart(self, state: ProxyState) -> None:
         """Re-open the crashed instance for the view of ``state`` (``UnityVecEnv``'s restart reaches
         this through its factory); nothing to do when another view has re-opened it since the crash
         this view saw. Every view's live agents end as interrupted."""
@@ -356,7 +356,7 @@ class InstanceBarrier:
             self.cond.notify_all()
 
     # ------------------------------------------------------------------ the barrier
-    def _await_step(self, state: _ProxyState) -> None:
+    def _await_step(self, state: ProxyState) -> None:
         deadline = time.monotonic() + self._timeout
         waited = 0
         while True:
@@ -398,17 +398,17 @@ class InstanceBarrier:
                 )
             self.cond.wait(remaining)
 
-    def _missing(self, state: _ProxyState) -> list[_ProxyState]:
+    def _missing(self, state: ProxyState) -> list[ProxyState]:
         return [
             p
             for p in self._proxies.values()
             if p is not state and not p.view.detached and p.needed() and p.arrived != self.round
         ]
 
-    def _ready(self, state: _ProxyState) -> bool:
+    def _ready(self, state: ProxyState) -> bool:
         return state.view.constructing or not self._missing(state)
 
-    def _fire(self, state: _ProxyState) -> None:
+    def _fire(self, state: ProxyState) -> None:
         """Run the real step with the lock released (the barrier is ``_busy`` meanwhile)."""
         self._busy = True
         self.cond.release()
@@ -437,7 +437,7 @@ class InstanceBarrier:
         while self._busy:
             self.cond.wait()
 
-    def _check(self, state: _ProxyState, detached_ok: bool = False) -> None:
+    def _check(self, state: ProxyState, detached_ok: bool = False) -> None:
         if self._error is not None:
             raise UnityLockstepError(
                 f"lockstep view {state.view.name!r} stopped: {type(self._error).__name__}: {self._error}"
@@ -485,7 +485,7 @@ class InstanceBarrier:
         self._read_steps()
         self._assign(deliver_terminals=True)
 
-    def _end_live_agents(self, view: ViewState, p: _ProxyState) -> None:
+    def _end_live_agents(self, view: ViewState, p: ProxyState) -> None:
         """The view's live agents vanish from Unity: their episodes end, interrupted, in its inbox."""
         for name in view.behaviors:
             mine = [a for a, o in self._owner[name].items() if o is view]
@@ -519,7 +519,7 @@ class InstanceBarrier:
     def _assign(self, deliver_terminals: bool) -> None:
         """Owners of ended and new agents, and each view's asking rows, from ``self._steps``."""
         proxies = self._proxies
-        rows: dict[_ProxyState, dict[str, np.ndarray]] = {p: {} for p in proxies.values()}
+        rows: dict[ProxyState, dict[str, np.ndarray]] = {p: {} for p in proxies.values()}
         live = dict.fromkeys(proxies.values(), 0)
         for name, (dec, term) in self._steps.items():
             asking, alive = self._assign_behavior(name, dec, term, deliver_terminals)
@@ -575,7 +575,7 @@ class InstanceBarrier:
         self._known[name] = (ids, asking, alive)
         return asking, alive
 
-    def _view_steps(self, state: _ProxyState) -> tuple[DecisionSteps, TerminalSteps]:
+    def _view_steps(self, state: ProxyState) -> tuple[DecisionSteps, TerminalSteps]:
         view = state.view
         empty = np.zeros(0, np.int64)
         decs = [take_decisions(self._steps[n][0], state.dec_rows.get(n, empty)) for n in view.behaviors]

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from unity_sb3.unity import compat as _compat  # noqa: F401  (before mlagents_envs)
-from unity_sb3.wrappers._lockstep_barrier import InstanceBarrier, _ProxyState
+from unity_sb3.wrappers._lockstep_barrier import InstanceBarrier, ProxyState
 from unity_sb3.wrappers._lockstep_batches import put_actions
 
 from mlagents_envs.base_env import (  # isort: skip
@@ -27,12 +27,12 @@ class LockstepProxy(BaseEnv):
     ``close()`` detaches the view (the real env is closed by its ``LockstepUnity``).
     """
 
-    def __init__(self, barrier: InstanceBarrier, state: _ProxyState) -> None:
+    def __init__(self, barrier: InstanceBarrier, state: ProxyState) -> None:
         self._barrier = barrier
         self._state = state
 
     @property
-    def state(self) -> _ProxyState:
+    def state(self) -> ProxyState:
         """The barrier's bookkeeping of this view on this instance."""
         return self._state
 
@@ -102,7 +102,7 @@ class ProxySource:
     :param state: the view's bookkeeping there (from ``InstanceBarrier.add_view``).
     """
 
-    def __init__(self, barrier: InstanceBarrier, state: _ProxyState) -> None:
+    def __init__(self, barrier: InstanceBarrier, state: ProxyState) -> None:
         self._barrier = barrier
         self._state = state
         self._opened = False

@@ -29,28 +29,48 @@ if TYPE_CHECKING:
 #: steps win up to 3, the row selections from 4 on).
 _FEW_ENDED = 3
 # ndarray.any() / .all() without their Python-level wrappers (1-d bool arrays)
-_any, _all = np.logical_or.reduce, np.logical_and.reduce
+any_true, all_true = np.logical_or.reduce, np.logical_and.reduce
 
 
-def _take(obs: Any, rows: np.ndarray) -> Any:
+def take_rows(obs: Any, rows: np.ndarray) -> Any:
+    """Rows ``rows`` of observations ``obs`` (an array or a dict of arrays).
+
+    :param obs: an array or a dict of arrays, one row per agent
+    :param rows: the row indices to take
+    """
     if isinstance(obs, dict):
         return {k: v[rows] for k, v in obs.items()}
     return obs[rows]
 
 
-def _row(obs: Any, index: int) -> Any:
+def take_row(obs: Any, index: int) -> Any:
+    """Row ``index`` of observations ``obs`` (an array or a dict of arrays), as views.
+
+    :param obs: an array or a dict of arrays, one row per agent
+    :param index: the row to take
+    """
     if isinstance(obs, dict):
         return {k: v[index] for k, v in obs.items()}
     return obs[index]
 
 
-def _copy(obs: Any) -> Any:
+def copy_obs(obs: Any) -> Any:
+    """A copy of observations ``obs`` (an array or a dict of arrays) that owns its memory.
+
+    :param obs: an array or a dict of arrays
+    """
     if isinstance(obs, dict):
         return {k: np.array(v) for k, v in obs.items()}
     return np.array(obs)
 
 
-def _put(buf: Any, index: np.ndarray, values: Any) -> None:
+def put_rows(buf: Any, index: np.ndarray, values: Any) -> None:
+    """Write ``values`` into the rows ``index`` of the observation buffer ``buf``.
+
+    :param buf: an array or a dict of arrays, one row per slot
+    :param index: the rows (slots) to write, an int or an index array
+    :param values: observations of the same layout as ``buf``
+    """
     if isinstance(buf, dict):
         for k, v in buf.items():
             v[index] = values[k]
@@ -58,7 +78,14 @@ def _put(buf: Any, index: np.ndarray, values: Any) -> None:
         buf[index] = values
 
 
-def _put_slice(buf: Any, sl: slice, values: Any, n: int) -> None:
+def put_slice(buf: Any, sl: slice, values: Any, n: int) -> None:
+    """Write the first ``n`` rows of ``values`` into the rows ``sl`` of the observation buffer ``buf``.
+
+    :param buf: an array or a dict of arrays, one row per slot
+    :param sl: the rows (slots) to write, ``n`` of them
+    :param values: observations of the same layout as ``buf``, at least ``n`` rows
+    :param n: how many rows to write
+    """
     if isinstance(buf, dict):
         for k, v in buf.items():
             v[sl] = values[k][:n]
@@ -106,7 +133,7 @@ def absorb_terminals(
         group_id, bound = inst.group_id, inst.bound
         for term, rows, slots in parts:
             for j, slot in zip(rows, slots):
-                terminal_obs[slot] = _copy(_row(spaces.observations(term.obs), j))
+                terminal_obs[slot] = copy_obs(take_row(spaces.observations(term.obs), j))
                 reward[slot] += term.reward[j]  # float32 sums, as with float32 arrays
                 group_reward[slot] += term.group_reward[j]
                 group_id[slot] = term.group_id[j]
@@ -169,10 +196,10 @@ def _keep_terminal_obs(
 ) -> None:
     """``terminal_obs[slot]``: a copy of row ``j`` of ``converted``, for each ``slot`` and ``j`` of ``slots``
     and ``rows`` (``None``: every row; one copy of the rows taken)."""
-    last = _copy(converted) if rows is None else _take(converted, rows)
+    last = copy_obs(converted) if rows is None else take_rows(converted, rows)
     if isinstance(last, dict):
         for i, slot in enumerate(slots):
-            terminal_obs[slot] = _row(last, i)
+            terminal_obs[slot] = take_row(last, i)
     else:  # a row view each, as last[i]
         terminal_obs.update(zip(slots, last))
 
@@ -182,4 +209,4 @@ def put_placeholders(inst: Any, obs_buf: Any, terminal_obs: dict[int, Any], slot
     ended and did not take a new agent in the same wrapper step)."""
     start = inst.start
     for slot in slots:
-        _put(obs_buf, start + slot, terminal_obs[slot])
+        put_rows(obs_buf, start + slot, terminal_obs[slot])

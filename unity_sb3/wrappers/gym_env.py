@@ -442,7 +442,7 @@ class UnityGymEnv(gym.Env):
         self._check_open()
         if self._episode_over:
             raise RuntimeError("the episode has ended: call reset() before step()")
-        own = self.spaces.to_unity_actions(_batch_of_one(action, self.action_space), 1)
+        own = self.spaces.to_unity_actions(batch_of_one(action, self.action_space), 1)
         self._send_actions(own)
         reward = group_reward = 0.0
         agent = self._agent_id
@@ -524,10 +524,10 @@ class UnityGymEnv(gym.Env):
         return f"UnityGymEnv({self.behavior_name!r}, agent_index={self.agent_index})"
 
 
-def _batch_of_one(action: Any, space: gym.Space) -> Any:
+def batch_of_one(action: Any, space: gym.Space) -> Any:
     """Add the agent axis to one action so :meth:`BehaviorSpaces.to_unity_actions` takes it."""
     if isinstance(space, gym.spaces.Dict):
-        return {k: _batch_of_one(action[k], s) for k, s in space.spaces.items()}
+        return {k: batch_of_one(action[k], s) for k, s in space.spaces.items()}
     if isinstance(space, gym.spaces.Tuple):
-        return tuple(_batch_of_one(a, s) for a, s in zip(action, space.spaces))
+        return tuple(batch_of_one(a, s) for a, s in zip(action, space.spaces))
     return np.asarray(action)[None]

@@ -15,13 +15,13 @@ from unity_sb3.unity.errors import UnityConfigurationError
 from unity_sb3.wrappers._slots import assign_free_slots, match_ids, unassigned_rows
 from unity_sb3.wrappers._steps import normalize_steps
 from unity_sb3.wrappers._terminals import (
-    _all,
-    _any,
-    _put,
-    _put_slice,
-    _take,
     absorb_terminals,
+    all_true,
+    any_true,
     put_placeholders,
+    put_rows,
+    put_slice,
+    take_rows,
 )
 
 from mlagents_envs.base_env import BaseEnv, DecisionSteps, TerminalSteps  # isort: skip
@@ -29,7 +29,7 @@ from mlagents_envs.exception import UnityTimeOutException  # isort: skip
 
 
 @dataclass
-class _Instance:
+class Instance:
     """One Unity instance and the bookkeeping of its slots (local indices ``0..n-1``)."""
 
     worker_id: int
@@ -83,7 +83,7 @@ class _Instance:
 
 
 @dataclass
-class _StepResult:
+class StepResult:
     """What one instance's step produced (observations are written into the shared buffer)."""
 
     reward: np.ndarray
@@ -96,11 +96,15 @@ class _StepResult:
 
 
 # ---------------------------------------------------------------------- helpers
-def _str_or_none(value: Any) -> str | None:
+def str_or_none(value: Any) -> str | None:
+    """``str(value)``, or ``None`` for ``None``.
+
+    :param value: any value, or ``None``
+    """
     return None if value is None else str(value)
 
 
-def _kill_if_hung(env: BaseEnv, exc: BaseException) -> None:
+def kill_if_hung(env: BaseEnv, exc: BaseException) -> None:
     """Kill the process of an instance that stopped answering: it cannot read a polite goodbye,
     and ``close()`` would otherwise wait for it before terminating it."""
     if not isinstance(exc, TimeoutError | UnityTimeOutException):
@@ -120,7 +124,7 @@ def _call(fn: Callable[[], Any], collect_errors: bool) -> Any:
         return exc
 
 
-def _same_values(a: np.ndarray, b: np.ndarray, skip: int = -1) -> bool:
+def same_values(a: np.ndarray, b: np.ndarray, skip: int = -1) -> bool:
     """Whether two 1-d arrays of one length hold the same values (except at index ``skip``, if given);
     equal bytes of one integer dtype say so in ~0.1 us at any length (an elementwise comparison and
     its reduction take ~1 us)."""
@@ -133,7 +137,7 @@ def _same_values(a: np.ndarray, b: np.ndarray, skip: int = -1) -> bool:
     same = a == b
     if skip >= 0:
         same[skip] = True
-    return bool(_all(same))
+    return bool(all_true(same))
 
 
 def _add_decision_rewards(
@@ -152,7 +156,12 @@ def _add_decision_rewards(
         group_reward += dec.group_reward[at]
 
 
-def _slice_actions(actions: Any, sl: slice) -> Any:
+def slice_actions(actions: Any, sl: slice) -> Any:
+    """The rows ``sl`` of a batch of actions (an array, or a dict or tuple of arrays): one instance's slots.
+
+    :param actions: the actions of every slot, one row per slot
+    :param sl: the slots of one instance
+    """
     if isinstance(actions, dict):
         return {k: np.asarray(v)[sl] for k, v in actions.items()}
     if isinstance(actions, tuple):
@@ -218,7 +227,7 @@ class InstancesMixin:
         envs = self._map(lambda i: self._open(sources[i], i), range(len(sources)), collect_errors=True)
         for i, (source, env) in enumerate(zip(sources, envs)):
             self._instances.append(
-                _Instance(worker_id=i, source=None if isinstance(source, BaseEnv) else source, env=env)
+                Instance(worker_id=i, source=None if isinstance(source, BaseEnv) else source, env=env)
             )
         errors = [e for e in envs if isinstance(e, BaseException)]
         if errors:
@@ -238,7 +247,7 @@ class InstancesMixin:
         n_inst = len(self._instances)
         if num_slots is None:
 
-            def count(inst: _Instance) -> int:
+            def count(inst: Instance) -> int:
                 self._call_reset(inst)
                 dec = self._wait_for_request(inst, lambda d: len(d) > 0)
                 return len(dec)
@@ -260,10 +269,10 @@ class InstancesMixin:
         return counts, False
 
     # ------------------------------------------------------------------ Unity calls
-    def _call_reset(self, inst: _Instance) -> None:
+    def _call_reset(self, inst: Instance) -> None:
         inst.env.reset()
 
-    def _answer_others(self, inst: _Instance) -> None:
+    def _answer_others(self, inst: Instance) -> None:
         specs = inst.env.behavior_specs
         if len(specs) == 1:
             return
@@ -282,17 +291,17 @@ class InstancesMixin:
                 action = inst.env.behavior_specs[name].action_spec.empty_action(len(dec))
             inst.env.set_actions(name, action)
 
-    def _answer_idle(self, inst: _Instance, dec: DecisionSteps) -> None:
+    def _answer_idle(self, inst: Instance, dec: DecisionSteps) -> None:
         """Answer every requesting agent with a zero action (no slot takes part)."""
         if len(dec):
             inst.env.set_actions(self.behavior_name, self.behavior_spec.action_spec.empty_action(len(dec)))
         self._answer_others(inst)
 
-    def _get_steps(self, inst: _Instance) -> tuple[DecisionSteps, TerminalSteps]:
+    def _get_steps(self, inst: Instance) -> tuple[DecisionSteps, TerminalSteps]:
         """This behavior's steps of ``inst``, normalised to arrays (any ``BaseEnv``, DESIGN 4.2)."""
         return self._reader.read(inst.env)
 
-    def _wait_for_request(self, inst: _Instance, ready: Callable[[DecisionSteps], bool]) -> DecisionSteps:
+    def _wait_for_request(self, inst: Instance, ready: Callable[[DecisionSteps], bool]) -> DecisionSteps:
         dec, _ = self._get_steps(inst)
         for _ in range(self.max_idle_steps):
             if ready(dec):
@@ -309,14 +318,14 @@ class InstancesMixin:
         )
 
     # ------------------------------------------------------------------ reset
-    def _reset_instance(self, inst: _Instance) -> None:
+    def _reset_instance(self, inst: Instance) -> None:
         if self._seed is not None and hasattr(inst.env, "reseed"):
             inst.env.reseed(self._seed + inst.worker_id)
         self._call_reset(inst)
         self._wait_for_request(inst, lambda d: len(d) > 0)
         self._bind_current(inst)
 
-    def _bind_current(self, inst: _Instance) -> None:
+    def _bind_current(self, inst: Instance) -> None:
         """Bind slots afresh to the agents asking right now (after a reset)."""
         inst.unbind_all()
         dec, _ = self._get_steps(inst)
@@ -324,7 +333,7 @@ class InstancesMixin:
         self._bind(inst, dec, np.full(inst.n, -1, np.int64))
         self._write_obs(inst, dec, np.flatnonzero(inst.rows >= 0))
 
-    def _send(self, inst: _Instance, actions: Any) -> None:
+    def _send(self, inst: Instance, actions: Any) -> None:
         """Answer every agent that asked: slot actions for bound agents, zeros for the others."""
         dec = inst.dec
         assert dec is not None
@@ -344,7 +353,7 @@ class InstancesMixin:
             inst.env.set_actions(self.behavior_name, full)
         self._answer_others(inst)
 
-    def _step_instance(self, inst: _Instance, actions: Any) -> _StepResult:
+    def _step_instance(self, inst: Instance, actions: Any) -> StepResult:
         self._send(inst, actions)
         n = inst.n
         reward = np.zeros(n, np.float32)
@@ -387,11 +396,11 @@ class InstancesMixin:
                     inst.group_id[:] = dec.group_id[at]
                     converted = self.spaces.observations(dec.obs)
                     if inst.identity:
-                        _put_slice(self._obs_buf, inst.slots, converted, n)
+                        put_slice(self._obs_buf, inst.slots, converted, n)
                     else:
-                        _put(self._obs_buf, inst.slots, _take(converted, rows))
+                        put_rows(self._obs_buf, inst.slots, take_rows(converted, rows))
                     # (every slot active: a copy of the shared mask is cheaper than ``rows >= 0``)
-                    return _StepResult(
+                    return StepResult(
                         reward, group_reward, done, truncated, terminal_obs, inst.everyone.copy()
                     )
                 rows = match_ids(inst.agent, inst.bound, ids)
@@ -434,19 +443,19 @@ class InstancesMixin:
         self._write_obs(inst, inst.dec, np.flatnonzero(active))
         if terminal_obs:  # slots that ended and took no new agent show their terminal observation
             put_placeholders(inst, self._obs_buf, terminal_obs, [s for s in terminal_obs if not active[s]])
-        return _StepResult(reward, group_reward, done, truncated, terminal_obs, active)
+        return StepResult(reward, group_reward, done, truncated, terminal_obs, active)
 
-    def _steady_match(self, inst: _Instance, ids: np.ndarray) -> np.ndarray | None:
+    def _steady_match(self, inst: Instance, ids: np.ndarray) -> np.ndarray | None:
         """Whether the decision batch ``ids`` keeps every slot at its ``steady_rows`` row: ``None`` if
         not, else the slots re-bound just now (``inst.no_slots`` when every slot kept its agent)."""
         steady = inst.steady_ids
         if steady is None or len(ids) != len(steady):
             return None
         if inst.all_bound:
-            return inst.no_slots if _same_values(ids, steady) else None
+            return inst.no_slots if same_values(ids, steady) else None
         return self._rebind_steady(inst, ids)
 
-    def _rebind_steady(self, inst: _Instance, ids: np.ndarray) -> np.ndarray | None:
+    def _rebind_steady(self, inst: Instance, ids: np.ndarray) -> np.ndarray | None:
         """Re-bind the slots whose agent ended its episode, each to the agent now asking at the row its
         old agent had, when that is what :meth:`_bind` would choose; ``None`` (nothing changed) if not.
 
@@ -465,19 +474,19 @@ class InstancesMixin:
         free_rows = free if inst.steady_identity else inst.steady_rows[free]
         moved = ids != inst.steady_ids
         moved[free_rows] = False
-        if _any(moved):  # a bound slot's agent is not at its row any more
+        if any_true(moved):  # a bound slot's agent is not at its row any more
             return None
         new_ids = ids[free_rows]
         old_ids = inst.agent[free]
         renewed = new_ids != old_ids  # free slots whose row holds a new agent
-        if _any(renewed):
+        if any_true(renewed):
             # free slots take the new agents in batch order: their rows must rise with the slots (slot i
             # at row i always does)
             if len(ids) != inst.n:
                 return None
             if not inst.steady_identity:
                 renewed_rows = free_rows[renewed]
-                if _any(renewed_rows[1:] <= renewed_rows[:-1]):
+                if any_true(renewed_rows[1:] <= renewed_rows[:-1]):
                     return None
             # few agents end at once: a set beats np.isin's sorting
             if not set(old_ids.tolist()).isdisjoint(new_ids[renewed].tolist()):
@@ -492,12 +501,12 @@ class InstancesMixin:
         inst.all_bound = True
         return free
 
-    def _rebind_one(self, inst: _Instance, ids: np.ndarray, free: np.ndarray) -> np.ndarray | None:
+    def _rebind_one(self, inst: Instance, ids: np.ndarray, free: np.ndarray) -> np.ndarray | None:
         """:meth:`_rebind_steady` when the one slot in ``free`` is the only free slot. With one renewed
         row the order check holds trivially, and the old agent differs from the new one by definition."""
         slot = int(free[0])
         row = int(inst.steady_rows[slot])
-        if not _same_values(ids, inst.steady_ids, row):  # a bound slot's agent is not at its row any more
+        if not same_values(ids, inst.steady_ids, row):  # a bound slot's agent is not at its row any more
             return None
         new_id = int(ids[row])
         if new_id != inst.agent[slot]:  # a new agent at the row
@@ -510,7 +519,7 @@ class InstancesMixin:
         inst.all_bound = True
         return free
 
-    def _bind(self, inst: _Instance, dec: DecisionSteps, rows: np.ndarray) -> None:
+    def _bind(self, inst: Instance, dec: DecisionSteps, rows: np.ndarray) -> None:
         """Give free slots to unassigned requesting agents; ``rows`` maps bound slots into ``dec``."""
         inst.rows = rows
         inst.identity = False
@@ -532,12 +541,12 @@ class InstancesMixin:
             inst.group_id[slot] = int(dec.group_id[row])
         inst.all_bound = bool(inst.bound.all())
 
-    def _write_obs(self, inst: _Instance, dec: DecisionSteps, local: np.ndarray) -> None:
+    def _write_obs(self, inst: Instance, dec: DecisionSteps, local: np.ndarray) -> None:
         if len(local) == 0:
             return
         converted = self.spaces.observations(dec.obs)
         rows = inst.rows[local]
         if len(local) == inst.n and len(dec) >= inst.n and np.array_equal(rows, np.arange(inst.n)):
-            _put_slice(self._obs_buf, inst.slots, converted, inst.n)
+            put_slice(self._obs_buf, inst.slots, converted, inst.n)
         else:
-            _put(self._obs_buf, inst.start + local, _take(converted, rows))
+            put_rows(self._obs_buf, inst.start + local, take_rows(converted, rows))

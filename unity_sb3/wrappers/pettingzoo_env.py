@@ -74,7 +74,7 @@ from unity_sb3.wrappers._steps import StepReader
 from unity_sb3.wrappers.behavior import choose_behavior
 from unity_sb3.wrappers.gym_env import (
     DEFAULT_MAX_WAIT_STEPS,
-    _batch_of_one,
+    batch_of_one,
     first_visual_key,
     image_to_rgb,
     open_base_env,
@@ -446,7 +446,7 @@ class UnityParallelEnv(ParallelEnv):
             agent = self._agents[name]
             space = self._act_spaces[agent.behavior]
             agent.action = self._spaces[agent.behavior].to_unity_actions(
-                _batch_of_one(actions[name], space), 1
+                batch_of_one(actions[name], space), 1
             )
             agent.reward = agent.group_reward = 0.0
         reported = list(self.agents)

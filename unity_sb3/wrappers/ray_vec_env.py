@@ -73,7 +73,7 @@ from stable_baselines3.common.vec_env.base_vec_env import VecEnvStepReturn
 
 from unity_sb3.spaces import HybridMode, VisualMode
 from unity_sb3.unity.errors import UnityConfigurationError
-from unity_sb3.wrappers.instances import _slice_actions
+from unity_sb3.wrappers.instances import slice_actions
 from unity_sb3.wrappers.ray_actor import RayActorSource, RayUnityEnv, collect_steps
 from unity_sb3.wrappers.vec_env import OtherBehaviors, UnityVecEnv
 
@@ -191,7 +191,7 @@ class RayUnityVecEnv(UnityVecEnv):
             return super().step_wait()
         try:
             for inst in instances:  # local only: validates and buffers, nothing is sent yet
-                super()._send(inst, _slice_actions(self._actions, inst.slots))
+                super()._send(inst, slice_actions(self._actions, inst.slots))
         except BaseException:
             for inst in instances:
                 inst.env.clear_actions()

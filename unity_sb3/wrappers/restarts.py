@@ -15,8 +15,8 @@ from mlagents_envs.exception import UnityActionException, UnityException
 
 from unity_sb3.unity.errors import UnityConfigurationError, UnityProcessError
 from unity_sb3.validation import is_int, is_number
-from unity_sb3.wrappers._terminals import _copy, _row
-from unity_sb3.wrappers.instances import _Instance, _kill_if_hung, _StepResult, _str_or_none
+from unity_sb3.wrappers._terminals import copy_obs, take_row
+from unity_sb3.wrappers.instances import Instance, StepResult, kill_if_hung, str_or_none
 
 #: the restart settings as ``unity-sb3 train``, a flat config and UnityVecEnv name them
 RESTART_SETTINGS = ("max_restarts", "restarts_rate_limit_n", "restarts_rate_limit_period_s")
@@ -118,7 +118,7 @@ class RestartMixin:
     restart_policy: RestartPolicy
 
     # ------------------------------------------------------------------ crashes
-    def _guard(self, inst: _Instance, fn: Callable[[], Any]) -> Any:
+    def _guard(self, inst: Instance, fn: Callable[[], Any]) -> Any:
         """Run ``fn``; return (not raise) a Unity crash so the caller can restart or report it."""
         try:
             return fn()
@@ -127,7 +127,7 @@ class RestartMixin:
         except (UnityException, TimeoutError, ConnectionError, EOFError) as exc:
             return exc
 
-    def _crash_error(self, inst: _Instance, exc: BaseException, detail: str) -> UnityProcessError:
+    def _crash_error(self, inst: Instance, exc: BaseException, detail: str) -> UnityProcessError:
         exit_code = getattr(exc, "exit_code", None)
         process = getattr(inst.env, "process", None)
         if exit_code is None and process is not None:
@@ -136,12 +136,12 @@ class RestartMixin:
             inst.worker_id,
             detail=f"{detail}: {type(exc).__name__}: {exc}",
             exit_code=exit_code,
-            log_path=getattr(exc, "log_path", None) or _str_or_none(getattr(inst.env, "log_path", None)),
+            log_path=getattr(exc, "log_path", None) or str_or_none(getattr(inst.env, "log_path", None)),
         )
         error.__cause__ = exc
         return error
 
-    def _restart_or_raise(self, inst: _Instance, exc: BaseException) -> _StepResult:
+    def _restart_or_raise(self, inst: Instance, exc: BaseException) -> StepResult:
         if not self.restart_on_crash:
             raise self._crash_error(
                 inst,
@@ -149,7 +149,7 @@ class RestartMixin:
                 "crashed or stopped answering (pass restart_on_crash=True to re-open it automatically)",
             )
         last = exc
-        _kill_if_hung(inst.env, exc)
+        kill_if_hung(inst.env, exc)
         while self.restart_policy.within_lifetime(inst.restarts):
             refused = self._rate_limited(inst)
             if refused:
@@ -169,14 +169,14 @@ class RestartMixin:
                     raise UnityConfigurationError(
                         f"Unity worker {inst.worker_id} came back with behavior spec {spec}, expected {self.behavior_spec}"
                     )
-                terminal = {local: _row(self._obs_buf, inst.start + local) for local in range(inst.n)}
-                terminal = {k: _copy(v) for k, v in terminal.items()}
+                terminal = {local: take_row(self._obs_buf, inst.start + local) for local in range(inst.n)}
+                terminal = {k: copy_obs(v) for k, v in terminal.items()}
                 self._reset_instance(inst)
             except (UnityException, TimeoutError, ConnectionError, EOFError) as again:
                 if isinstance(again, UnityConfigurationError):
                     raise
                 last = again
-                _kill_if_hung(inst.env, again)
+                kill_if_hung(inst.env, again)
                 continue
             n = inst.n
             limit = "no limit" if self.max_restarts < 0 else f"at most {self.max_restarts}"
@@ -185,7 +185,7 @@ class RestartMixin:
                 f"restarted it ({inst.restarts} of {limit})",
                 stacklevel=3,
             )
-            return _StepResult(
+            return StepResult(
                 np.zeros(n, np.float32),
                 np.zeros(n, np.float32),
                 np.ones(n, bool),
@@ -196,7 +196,7 @@ class RestartMixin:
             )
         raise self._crash_error(inst, last, f"crashed again after {self.max_restarts} restarts")
 
-    def _rate_limited(self, inst: _Instance) -> str | None:
+    def _rate_limited(self, inst: Instance) -> str | None:
         """Why the next restart of ``inst`` is refused by the rate limit, or ``None``."""
         now = time.monotonic()
         inst.restart_times = self.restart_policy.recent(inst.restart_times, now)

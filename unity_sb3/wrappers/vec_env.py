@@ -56,18 +56,18 @@ from unity_sb3.wrappers.behavior import choose_behavior
 from mlagents_envs.base_env import ActionTuple, BaseEnv, DecisionSteps  # isort: skip
 from unity_sb3.wrappers.instances import (
     EnvSource,
+    Instance,
     InstancesMixin,
-    _Instance,
-    _same_values,
-    _slice_actions,
-    _StepResult,
+    StepResult,
+    same_values,
+    slice_actions,
 )
 from unity_sb3.wrappers.restarts import RestartMixin, RestartPolicy
 
 OtherBehaviors = Callable[[str, DecisionSteps], ActionTuple | None]
 
 
-def _add_terminal_infos(infos: list[dict[str, Any]], start: int, result: _StepResult) -> None:
+def _add_terminal_infos(infos: list[dict[str, Any]], start: int, result: StepResult) -> None:
     """The terminal observation, truncation and restart flag of each slot that ended in ``result`` (of
     the instance whose slots begin at ``start``), in its info."""
     truncated = result.truncated.tolist()
@@ -187,7 +187,7 @@ class UnityVecEnv(RestartMixin, InstancesMixin, VecEnv):
         self.closed = True  # until construction succeeds (``__del__`` must not close the caller's envs)
         self._warned_inactive = False
         self._pool: ThreadPoolExecutor | None = None
-        self._instances: list[_Instance] = []
+        self._instances: list[Instance] = []
         try:
             self._open_all(sources)
             self.behavior_name = choose_behavior(
@@ -248,7 +248,7 @@ class UnityVecEnv(RestartMixin, InstancesMixin, VecEnv):
             raise
         self.closed = False
 
-    def _reset_instances(self, instances: list[_Instance]) -> list[dict[str, Any]]:
+    def _reset_instances(self, instances: list[Instance]) -> list[dict[str, Any]]:
         results = self._map(lambda inst: self._guard(inst, lambda: self._reset_instance(inst)), instances)
         for inst, result in zip(instances, results):
             if isinstance(result, BaseException):
@@ -305,7 +305,7 @@ class UnityVecEnv(RestartMixin, InstancesMixin, VecEnv):
             )
             group_id = inst.group_id
         else:
-            jobs = [(inst, _slice_actions(actions, inst.slots)) for inst in instances]
+            jobs = [(inst, slice_actions(actions, inst.slots)) for inst in instances]
             results = self._map(lambda job: self._guard(job[0], lambda: self._step_instance(*job)), jobs)
             for k, (inst, result) in enumerate(zip(instances, results)):
                 if isinstance(result, BaseException):
@@ -342,7 +342,7 @@ class UnityVecEnv(RestartMixin, InstancesMixin, VecEnv):
         cache = self._info_cache
         steady = active.tobytes() == self._every_slot and group_reward.tobytes() == self._no_group_reward
         groups = self._info_groups
-        if steady and cache is not None and len(groups) == len(group_id) and _same_values(group_id, groups):
+        if steady and cache is not None and len(groups) == len(group_id) and same_values(group_id, groups):
             return list(map(dict.copy, cache))
         infos: list[dict[str, Any]] = [
             {ACTIVE: a, GROUP_ID: g, GROUP_REWARD: gr}
@@ -397,7 +397,7 @@ class UnityVecEnv(RestartMixin, InstancesMixin, VecEnv):
         """The ``BaseEnv`` of each Unity instance (not per slot)."""
         return [inst.env for inst in self._instances]
 
-    def _instance_of(self, index: int) -> _Instance:
+    def _instance_of(self, index: int) -> Instance:
         return self._instances[int(self._slot_instance[index])]
 
     def _slot_info(self, index: int) -> dict[str, Any]:
