@@ -33,7 +33,7 @@ from typing import Any
 
 import yaml
 
-from unity_sb3.callbacks.curriculum import CURRICULUM_FILE, _check_curriculum_step
+from unity_sb3.callbacks.curriculum import CURRICULUM_FILE, check_curriculum_step
 from unity_sb3.config.hyperparams import load_hyperparams
 from unity_sb3.run_state import (
     MODEL_FILE,
@@ -275,7 +275,7 @@ def train(
             save_curriculum_files(curriculum, curriculum_file, model.num_timesteps, checkpoint_path)
 
         if curriculum is not None and curriculum_state is not None:
-            _check_curriculum_step(curriculum_state, model.num_timesteps, curriculum_file)
+            check_curriculum_step(curriculum_state, model.num_timesteps, curriculum_file)
             curriculum.load_state_dict(curriculum_state)  # lessons are loaded already; adds the reward buffer
         checkpoint = AtomicCheckpointCallback(
             config.checkpoint_every if checkpoint_every is None else checkpoint_every,

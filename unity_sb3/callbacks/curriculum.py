@@ -13,9 +13,9 @@ import numpy as np
 from stable_baselines3.common.callbacks import BaseCallback
 
 from unity_sb3.unity import compat as _compat  # noqa: F401  (before any mlagents_envs import)
-from unity_sb3.unity.channels import UnityChannels, _as_channel_list, find_channels, logger
+from unity_sb3.unity.channels import UnityChannels, as_channel_list, find_channels, logger
 from unity_sb3.unity.errors import UnityConfigurationError
-from unity_sb3.unity.parameters import EnvironmentParameters, _brain_name
+from unity_sb3.unity.parameters import EnvironmentParameters, brain_name
 from unity_sb3.validation import finite_float, short_repr
 
 __all__: list[str] = []
@@ -69,7 +69,7 @@ class CurriculumCallback(BaseCallback):
             self.parameters = environment_parameters
         else:
             self.parameters = EnvironmentParameters(environment_parameters, seed=seed)
-        self._given_channels = _as_channel_list(channels)
+        self._given_channels = as_channel_list(channels)
         self.channels: list[UnityChannels] = []
         self.behavior_name = behavior_name
         if max_steps is not None and max_steps <= 0:
@@ -95,7 +95,7 @@ class CurriculumCallback(BaseCallback):
         self._share_parameters()
         if self.behavior_name is None:
             self.behavior_name = self._env_behavior_name()
-        self.behavior_name = _brain_name(self.behavior_name)
+        self.behavior_name = brain_name(self.behavior_name)
         # keeps the returns loaded before training, or counted by an earlier learn() on this callback
         self.reward_buffer = deque(
             self.reward_buffer, maxlen=self.parameters.reward_buffer_size(self.behavior_name)
@@ -205,7 +205,7 @@ class CurriculumCallback(BaseCallback):
         if rewards is not None:
             self._running_returns += np.asarray(rewards, dtype=np.float64).reshape(-1)[: len(infos)]
         for i, info in enumerate(infos):
-            name = _brain_name(info.get("behavior_name"))
+            name = brain_name(info.get("behavior_name"))
             episode = info.get("episode")
             done = bool(dones[i]) if dones is not None else episode is not None
             if done or episode is not None:
@@ -348,7 +348,13 @@ def load_curriculum_state(path: str | Path) -> dict[str, Any]:
     return state
 
 
-def _check_curriculum_step(state: dict[str, Any], num_timesteps: int, path: Path) -> None:
+def check_curriculum_step(state: dict[str, Any], num_timesteps: int, path: Path) -> None:
+    """Warn when the saved curriculum state is of another step than the model it resumes with.
+
+    :param state: the curriculum state read from ``path``
+    :param num_timesteps: the step the model resumes from
+    :param path: the curriculum file, for the warning
+    """
     saved = state.get("num_timesteps")
     if saved != num_timesteps:
         warnings.warn(

@@ -11,7 +11,7 @@ from unity_sb3.unity import compat as _compat  # noqa: F401  (before any mlagent
 from mlagents_envs.side_channel.stats_side_channel import (  # isort: skip
     StatsAggregationMethod,
 )
-from unity_sb3.unity.channels import UnityChannels, _as_channel_list, find_channels
+from unity_sb3.unity.channels import UnityChannels, as_channel_list, find_channels
 
 __all__: list[str] = []
 
@@ -35,7 +35,7 @@ class StatsCallback(BaseCallback):
         verbose: int = 0,
     ) -> None:
         super().__init__(verbose)
-        self._given_channels = _as_channel_list(channels)
+        self._given_channels = as_channel_list(channels)
         self.channels: list[UnityChannels] = []
         self.prefix = prefix
 

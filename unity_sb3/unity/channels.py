@@ -283,7 +283,11 @@ def find_channels(training_env: Any) -> list[UnityChannels]:
     return result
 
 
-def _as_channel_list(channels: UnityChannels | Sequence[UnityChannels] | None) -> list[UnityChannels] | None:
+def as_channel_list(channels: UnityChannels | Sequence[UnityChannels] | None) -> list[UnityChannels] | None:
+    """The channels a callback was given as a list (one env's channels or several), ``None`` for none given.
+
+    :param channels: one :class:`UnityChannels`, a sequence of them, or ``None``
+    """
     if channels is None:
         return None
     return [channels] if isinstance(channels, UnityChannels) else list(channels)

@@ -63,7 +63,7 @@ from unity_sb3.unity.ports import (
     BASE_ENVIRONMENT_PORT,
     DEFAULT_EDITOR_PORT,
     PORT_SEARCH,
-    _check_port_range,
+    check_port_range,
     is_loopback,
 )
 
@@ -233,7 +233,7 @@ class LocalUnityEnvironment(UnityEnvironment):
         editor = file_name is None
         if base_port is None:
             base_port = DEFAULT_EDITOR_PORT if editor else BASE_ENVIRONMENT_PORT
-        _check_port_range(base_port, worker_id)
+        check_port_range(base_port, worker_id)
         if not timeout_wait or timeout_wait <= 0:
             raise UnityConfigurationError(
                 f"timeout_wait must be a positive number of seconds, got {timeout_wait!r}."

@@ -25,7 +25,7 @@ from mlagents_envs.communicator_objects.unity_to_external_pb2_grpc import (  # i
     add_UnityToExternalProtoServicer_to_server,
 )
 from mlagents_envs.rpc_communicator import RpcCommunicator, UnityToExternalServicerImplementation  # isort: skip
-from unity_sb3.unity.ports import BASE_ENVIRONMENT_PORT, _port_is_free, find_free_worker_id
+from unity_sb3.unity.ports import BASE_ENVIRONMENT_PORT, find_free_worker_id, port_is_free
 
 __all__ = ["LoopbackRpcCommunicator"]
 
@@ -79,7 +79,7 @@ class LoopbackRpcCommunicator(RpcCommunicator):
 
         :param port: the port to listen on, checked on ``bind_address``.
         """
-        if not _port_is_free(port, self.bind_address):
+        if not port_is_free(port, self.bind_address):
             raise UnityPortInUseError(
                 port,
                 self.worker_id,

@@ -408,7 +408,7 @@ class EnvironmentParameters:
     def behaviors(self) -> set[str]:
         """Behaviors named by some completion criteria."""
         return {
-            _brain_name(lesson.completion_criteria.behavior)
+            brain_name(lesson.completion_criteria.behavior)
             for p in self.parameters.values()
             for lesson in p.lessons
             if lesson.completion_criteria is not None
@@ -424,9 +424,7 @@ class EnvironmentParameters:
             for p in self.parameters.values()
             for lesson in p.lessons
             if lesson.completion_criteria is not None
-            and (
-                behavior is None or _brain_name(lesson.completion_criteria.behavior) == _brain_name(behavior)
-            )
+            and (behavior is None or brain_name(lesson.completion_criteria.behavior) == brain_name(behavior))
         ]
         return max([1, *sizes])
 
@@ -461,7 +459,7 @@ class EnvironmentParameters:
             criteria = parameter.lessons[number].completion_criteria
             if criteria is None or number + 1 >= len(parameter.lessons):
                 continue
-            brain = _brain_name(criteria.behavior)
+            brain = brain_name(criteria.behavior)
             if isinstance(progress, Mapping):
                 if brain not in progress:
                     continue
@@ -586,6 +584,6 @@ class EnvironmentParameters:
         self.smoothed_values = values
 
 
-def _brain_name(behavior: str | None) -> str | None:
+def brain_name(behavior: str | None) -> str | None:
     """``"3DBall?team=0"`` -> ``"3DBall"``: completion criteria name behaviors without the team."""
     return None if behavior is None else behavior.partition("?")[0]

@@ -40,7 +40,13 @@ def is_loopback(address: str) -> bool:
         return False
 
 
-def _check_port_range(base_port: int, worker_id: int) -> int:
+def check_port_range(base_port: int, worker_id: int) -> int:
+    """The port ``base_port + worker_id``, after checking both are ints and the port is in 1-65535.
+
+    :param base_port: the port of worker 0
+    :param worker_id: the instance's offset from ``base_port``, >= 0
+    :raises UnityConfigurationError: a value that is not an int, a negative ``worker_id``, a port out of range
+    """
     for name, value in (("worker_id", worker_id), ("base_port", base_port)):
         if not isinstance(value, int) or isinstance(value, bool):
             raise UnityConfigurationError(f"{name} must be an int, got {value!r}.")
@@ -55,7 +61,13 @@ def _check_port_range(base_port: int, worker_id: int) -> int:
     return port
 
 
-def _port_is_free(port: int, bind_address: str) -> bool:
+def port_is_free(port: int, bind_address: str) -> bool:
+    """Whether a listening socket could bind ``port`` on ``bind_address`` now.
+
+    :param port: the port to try
+    :param bind_address: the address to bind (IPv4 or IPv6, brackets allowed)
+    :raises UnityConfigurationError: ``bind_address`` is not an address of this machine
+    """
     host = bind_address.strip("[]")
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as sock:
@@ -78,6 +90,6 @@ def find_free_worker_id(base_port: int, worker_id: int, bind_address: str = "127
     for candidate in range(worker_id + 1, worker_id + 1 + PORT_SEARCH):
         if base_port + candidate > 65535:
             return None
-        if _port_is_free(base_port + candidate, bind_address):
+        if port_is_free(base_port + candidate, bind_address):
             return candidate
     return None
