@@ -68,14 +68,17 @@ def _tfixup_linear(in_features: int, out_features: int, embedding_size: int) -> 
     return layer
 
 
-class _Swish(nn.Module):
+class Swish(nn.Module):
+    """Swish, ``x * sigmoid(x)`` (ML-Agents' activation): fused ``silu`` outside ONNX export, written
+    out while exporting."""
+
     def forward(self, x: th.Tensor) -> th.Tensor:
         if _exporting():
             return x * th.sigmoid(x)
         return F.silu(x)
 
 
-def _layer_norm(x: th.Tensor) -> th.Tensor:
+def layer_norm(x: th.Tensor) -> th.Tensor:
     """Normalise the last axis to zero mean and unit variance, no learned scale (ML-Agents' ``LayerNorm``)."""
     if not _exporting():  # the same formula, fused (its backward pass is several times cheaper)
         return F.layer_norm(x, x.shape[-1:], eps=1e-5)
@@ -104,7 +107,7 @@ class EntityEmbedding(nn.Module):
         self.entity_size, self.max_entities = entity_size, max_entities
         self.self_size, self.embedding_size = self_size, embedding_size
         self.encoder = nn.Sequential(
-            _tfixup_linear(self_size + entity_size, embedding_size, embedding_size), _Swish()
+            _tfixup_linear(self_size + entity_size, embedding_size, embedding_size), Swish()
         )
 
     def forward(self, x_self: th.Tensor | None, entities: th.Tensor) -> th.Tensor:
@@ -173,9 +176,9 @@ class ResidualSelfAttention(nn.Module):
             if padding >= PACK_MIN_PADDING_ROWS and 4 * padding >= mask.numel():
                 present = th.nonzero(mask.reshape(-1) < 0.5).squeeze(1)
                 return self._forward_packed(embeddings, mask, present)
-        x = _layer_norm(embeddings)
+        x = layer_norm(embeddings)
         attended = self._attend(self.fc_q(x), self.fc_k(x), self.fc_v(x), mask)
-        out = _layer_norm(self.fc_out(attended) + x)
+        out = layer_norm(self.fc_out(attended) + x)
         rows = self.max_entities if _exporting() else mask.shape[1]
         present = (1 - mask).reshape(-1, rows, 1)
         return th.sum(out * present, dim=1) / (th.sum(present, dim=1) + _EPSILON)
@@ -190,13 +193,13 @@ class ResidualSelfAttention(nn.Module):
         :param present: flat indices of the real rows in ``embeddings.reshape(-1, embedding_size)``.
         """
         batch, rows, size = embeddings.shape
-        x = _layer_norm(embeddings.reshape(-1, size)[present])  # (real rows, size)
+        x = layer_norm(embeddings.reshape(-1, size)[present])  # (real rows, size)
 
         def padded(t: th.Tensor) -> th.Tensor:
             return t.new_zeros(batch * rows, size).index_copy(0, present, t).reshape(batch, rows, size)
 
         attended = self._attend(padded(self.fc_q(x)), padded(self.fc_k(x)), padded(self.fc_v(x)), mask)
-        out = _layer_norm(self.fc_out(attended.reshape(-1, size)[present]) + x)
+        out = layer_norm(self.fc_out(attended.reshape(-1, size)[present]) + x)
         total = out.new_zeros(batch, size).index_add(0, th.div(present, rows, rounding_mode="floor"), out)
         return total / (th.sum(1 - mask, dim=1, keepdim=True) + _EPSILON)
 
@@ -233,7 +236,7 @@ class EntityAttention(nn.Module):
         embedded_self = 0
         if self.self_size:
             self.self_encoder = nn.Sequential(
-                _tfixup_linear(self.self_size, embedding_size, embedding_size), _Swish()
+                _tfixup_linear(self.self_size, embedding_size, embedding_size), Swish()
             )
             embedded_self = embedding_size
         self.embeddings = nn.ModuleList(

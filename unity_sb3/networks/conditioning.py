@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch as th
 from torch import nn
 
-from unity_sb3.networks.attention import _layer_norm, _Swish
+from unity_sb3.networks.attention import Swish, layer_norm
 
 #: hidden layers of the hypernetwork (ML-Agents' ``ConditionalEncoder`` builds them with 2)
 HYPER_LAYERS = 2
@@ -52,7 +52,7 @@ class HyperNetwork(nn.Module):
             linear = nn.Linear(size, hidden_size)
             nn.init.kaiming_normal_(linear.weight, nonlinearity="leaky_relu")
             nn.init.zeros_(linear.bias)
-            layers += [linear, _Swish()]
+            layers += [linear, Swish()]
             size = hidden_size
         self.hidden = nn.Sequential(*layers)
         self.weights = nn.Linear(size, in_features * out_features)
@@ -66,5 +66,5 @@ class HyperNetwork(nn.Module):
 
         :return: shape (batch, out_features).
         """
-        weight = self.weights(_layer_norm(self.hidden(goal))).reshape(-1, self.in_features, self.out_features)
+        weight = self.weights(layer_norm(self.hidden(goal))).reshape(-1, self.in_features, self.out_features)
         return th.bmm(x.unsqueeze(1), weight).squeeze(1) + self.bias

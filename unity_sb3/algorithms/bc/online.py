@@ -51,7 +51,7 @@ import torch as th
 from unity_sb3 import validation
 from unity_sb3.algorithms.bc.adapters import LOSS_KINDS, make_adapter, reached_parameters
 from unity_sb3.algorithms.bc.data import BCData, bc_data
-from unity_sb3.algorithms.bc.pretrain import Sampler, _weighted_mean
+from unity_sb3.algorithms.bc.pretrain import Sampler, weighted_mean
 from unity_sb3.algorithms.reward_signals.settings import RewardSignalConfigError, check_keys
 
 __all__ = ["BC_DEFAULTS", "BehavioralCloning", "make_bc_module", "minibatches_per_update"]
@@ -229,7 +229,7 @@ class BehavioralCloning:
             for k, (batch, _rows) in enumerate(sampler.minibatches(everything, self._rng)):
                 if k >= per_pass:
                     break
-                loss = _weighted_mean(self.adapter.actor_loss(batch), batch.valid)
+                loss = weighted_mean(self.adapter.actor_loss(batch), batch.valid)
                 self.optimizer.zero_grad()
                 loss.backward()
                 self.optimizer.step()

@@ -136,7 +136,7 @@ def pretrain_bc(
             weight = 0.0
             for batch, rows in sampler.minibatches(train_idx, rng):
                 n = float(batch.valid.sum().item())
-                actor_loss = _weighted_mean(adapter.actor_loss(batch), batch.valid)
+                actor_loss = weighted_mean(adapter.actor_loss(batch), batch.valid)
                 actor_optimizer.zero_grad()
                 actor_loss.backward()
                 actor_optimizer.step()
@@ -189,7 +189,12 @@ def default_gamma(model: Any) -> float:
     return float(getattr(model, "gamma", 0.99))
 
 
-def _weighted_mean(values: th.Tensor, weights: th.Tensor) -> th.Tensor:
+def weighted_mean(values: th.Tensor, weights: th.Tensor) -> th.Tensor:
+    """The mean of ``values`` weighted by ``weights``, dividing by at least 1 (all-zero weights give 0).
+
+    :param values: per-sample losses
+    :param weights: per-sample weights of the same shape (the batch's ``valid`` mask)
+    """
     return (values * weights).sum() / weights.sum().clamp(min=1.0)
 
 
@@ -315,7 +320,7 @@ class Sampler:
         safe = th.as_tensor(np.where(rows >= 0, rows, 0), device=self.adapter.device)
         target = self.returns[safe] + self.tails[safe] * self.end_values[self.trajectory[safe]]
         errors = (self.adapter.values(batch) - target) ** 2  # (..., B)
-        return _weighted_mean(errors.reshape(-1, len(safe)).mean(dim=0), batch.valid)
+        return weighted_mean(errors.reshape(-1, len(safe)).mean(dim=0), batch.valid)
 
     def evaluate(self, indices: np.ndarray, with_values: bool) -> dict[str, float]:
         """Mean validation losses over ``indices`` (no gradient)."""
@@ -323,7 +328,7 @@ class Sampler:
         with th.no_grad():
             for batch, rows in self.minibatches(indices, rng=None):
                 n = float(batch.valid.sum().item())
-                totals[0] += _weighted_mean(self.adapter.actor_loss(batch), batch.valid).item() * n
+                totals[0] += weighted_mean(self.adapter.actor_loss(batch), batch.valid).item() * n
                 if with_values:
                     totals[1] += self.value_loss(batch, rows).item() * n
                 weight += n

@@ -258,7 +258,12 @@ def copy_obs(obs: Any) -> Any:
     return np.array(obs, copy=True)
 
 
-def _slice_obs(obs: Any, sl: slice) -> Any:
+def slice_obs(obs: Any, sl: slice) -> Any:
+    """Rows ``sl`` of observations ``obs`` (an array or a dict of arrays).
+
+    :param obs: an array or a dict of arrays, one row per sample
+    :param sl: the rows to take
+    """
     if isinstance(obs, dict):
         return {k: v[sl] for k, v in obs.items()}
     return obs[sl]

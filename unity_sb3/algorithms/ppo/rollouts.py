@@ -25,8 +25,8 @@ from unity_sb3.algorithms.distributions import hybrid_env_actions, is_hybrid_spa
 from unity_sb3.algorithms.ppo.buffers import (
     REWARD_CHUNK,
     SignalRolloutBuffer,
-    _slice_obs,
     copy_obs,
+    slice_obs,
     stack_obs,
 )
 from unity_sb3.slots import TERMINAL_OBSERVATION, active_from_infos, mark_inactive_aware, reset_infos_of
@@ -224,7 +224,7 @@ class SignalRolloutsMixin:
                 for start in range(0, total, REWARD_CHUNK):
                     sl = slice(start, start + REWARD_CHUNK)
                     rewards[sl] = signal.reward(
-                        _slice_obs(obs, sl), actions[sl], _slice_obs(next_obs, sl), dones[sl]
+                        slice_obs(obs, sl), actions[sl], slice_obs(next_obs, sl), dones[sl]
                     )
                 rewards = strength * rewards.reshape(buffer.buffer_size, buffer.n_envs) * active
                 buffer.head_rewards[..., k] = rewards

@@ -39,9 +39,15 @@ def masked_mean(values: th.Tensor, weights: th.Tensor | None) -> th.Tensor:
     return (values * weights).sum() / weights.sum().clamp(min=1.0)
 
 
-def _as_tensor(x: Any, device: th.device, dtype: th.dtype | None = None) -> Any:
+def as_tensor(x: Any, device: th.device, dtype: th.dtype | None = None) -> Any:
+    """``x`` (an array, a tensor or a dict of them) as tensors on ``device``.
+
+    :param x: an array, a tensor, or a dict of either
+    :param device: the device to put the tensors on
+    :param dtype: the dtype to cast to, or ``None`` to keep the values' own
+    """
     if isinstance(x, dict):
-        return {k: _as_tensor(v, device, dtype) for k, v in x.items()}
+        return {k: as_tensor(v, device, dtype) for k, v in x.items()}
     if isinstance(x, th.Tensor):
         return x.to(device=device, dtype=dtype) if dtype is not None else x.to(device)
     return th.as_tensor(np.asarray(x), device=device, dtype=dtype)
@@ -90,13 +96,13 @@ class RewardSignal(nn.Module):
         weights: Any = None,
     ) -> SignalBatch:
         """Build a :class:`SignalBatch` on this signal's device from numpy arrays or tensors."""
-        obs = _as_tensor(observations, self.device)
-        next_obs = _as_tensor(next_observations, self.device)
-        acts = _as_tensor(actions, self.device)
+        obs = as_tensor(observations, self.device)
+        next_obs = as_tensor(next_observations, self.device)
+        acts = as_tensor(actions, self.device)
         n = acts.shape[0]
         acts = acts.reshape(n, -1)
-        dones_t = None if dones is None else _as_tensor(dones, self.device, th.float32).reshape(n)
-        weights_t = None if weights is None else _as_tensor(weights, self.device, th.float32).reshape(n)
+        dones_t = None if dones is None else as_tensor(dones, self.device, th.float32).reshape(n)
+        weights_t = None if weights is None else as_tensor(weights, self.device, th.float32).reshape(n)
         return SignalBatch(obs, acts, next_obs, dones_t, weights_t)
 
     def reward(self, obs: Any, action: Any, next_obs: Any, dones: Any = None) -> np.ndarray:

@@ -25,7 +25,7 @@ import torch as th
 from gymnasium import spaces
 from torch import nn
 
-from unity_sb3.algorithms.reward_signals.base import RewardSignal, SignalBatch, _as_tensor, masked_mean
+from unity_sb3.algorithms.reward_signals.base import RewardSignal, SignalBatch, as_tensor, masked_mean
 from unity_sb3.algorithms.reward_signals.networks import ObservationEncoder
 from unity_sb3.algorithms.reward_signals.settings import RewardSignalConfigError
 
@@ -158,9 +158,9 @@ class GAILSignal(RewardSignal):
         if self._expert_tensors is None:
             expert = self.expert
             self._expert_tensors = (
-                _as_tensor(expert.observations, self.device),
-                _as_tensor(expert.actions, self.device).reshape(expert.n, -1),
-                _as_tensor(expert.dones, self.device, th.float32),
+                as_tensor(expert.observations, self.device),
+                as_tensor(expert.actions, self.device).reshape(expert.n, -1),
+                as_tensor(expert.dones, self.device, th.float32),
             )
         return self._expert_tensors
 
@@ -198,7 +198,7 @@ class GAILSignal(RewardSignal):
         else:
             rows, raw = idx.cpu().numpy(), self.expert.observations
             raw = {k: v[rows] for k, v in raw.items()} if isinstance(raw, dict) else raw[rows]
-            sampled = _as_tensor(normalizer.normalize_obs(raw), self.device)
+            sampled = as_tensor(normalizer.normalize_obs(raw), self.device)
         return SignalBatch(sampled, actions[idx], sampled, dones[idx], None)
 
     def _vec_normalize(self) -> Any:
