@@ -56,23 +56,23 @@ from unity_sb3.config.mlagents_schema import (
     TORCH_KEYS,
     TRAINER_KEYS,
     TRAINER_TYPES,
+    Mapper,
     MLAgentsConfigError,
     MLAgentsConfigWarning,
     MLAgentsRun,
-    _check_keys,
-    _choice,
-    _deep_update,
-    _Mapper,
-    _number,
-    _short,
+    check_keys,
+    choice,
+    deep_update,
+    number,
+    short_text,
 )
 from unity_sb3.config.mlagents_trainer import (
-    _map_behavioral_cloning,
-    _map_network,
-    _map_on_policy,
-    _map_reward_signals,
-    _map_sac,
-    _map_trainer_misc,
+    map_behavioral_cloning,
+    map_network,
+    map_on_policy,
+    map_reward_signals,
+    map_sac,
+    map_trainer_misc,
 )
 from unity_sb3.validation import number_from_text
 from unity_sb3.wrappers.restarts import RestartPolicy
@@ -166,22 +166,22 @@ def convert_mlagents_config(
     dropped: list[tuple[str, Any]] = []
     if legacy:
         data, dropped = upgrade_legacy_config(data)
-    _check_keys(data, TOP_LEVEL_KEYS, "the ML-Agents config (top level)")
+    check_keys(data, TOP_LEVEL_KEYS, "the ML-Agents config (top level)")
     behaviors = data.get("behaviors")
     if not isinstance(behaviors, Mapping) or not behaviors:
         raise MLAgentsConfigError("'behaviors' must map at least one behavior name to its trainer settings.")
     defaults = data.get("default_settings") or {}
-    _check_keys(defaults, TRAINER_KEYS, "default_settings")
+    check_keys(defaults, TRAINER_KEYS, "default_settings")
     name = (
         behavior.split("?")[0] if behavior and defaults and behavior.split("?")[0] not in behaviors else None
     )
     if name is None:
         name = _pick_behavior(behaviors, behavior, _scene_behaviors(env))
-    settings = _deep_update(dict(defaults), behaviors.get(name) or {})
+    settings = deep_update(dict(defaults), behaviors.get(name) or {})
     where = f"behaviors.{name}"
-    _check_keys(settings, TRAINER_KEYS, where)
-    trainer_type = _choice(settings.get("trainer_type", "ppo"), TRAINER_TYPES, f"{where}.trainer_type")
-    m = _Mapper(name, trainer_type)
+    check_keys(settings, TRAINER_KEYS, where)
+    trainer_type = choice(settings.get("trainer_type", "ppo"), TRAINER_TYPES, f"{where}.trainer_type")
+    m = Mapper(name, trainer_type)
     if legacy:
         m.row(
             "(the file)",
@@ -196,21 +196,21 @@ def convert_mlagents_config(
 
     hyper = dict(HYPERPARAMETER_DEFAULTS[trainer_type])
     given = settings.get("hyperparameters") or {}
-    _check_keys(given, tuple(hyper), f"{where}.hyperparameters ({trainer_type})")
+    check_keys(given, tuple(hyper), f"{where}.hyperparameters ({trainer_type})")
     hyper.update(given)
     network = dict(NETWORK_DEFAULTS)
     given_net = settings.get("network_settings") or {}
-    _check_keys(given_net, tuple(NETWORK_DEFAULTS), f"{where}.network_settings")
+    check_keys(given_net, tuple(NETWORK_DEFAULTS), f"{where}.network_settings")
     network.update(given_net)
 
-    gamma = _map_reward_signals(m, settings.get("reward_signals"), f"{where}.reward_signals")
+    gamma = map_reward_signals(m, settings.get("reward_signals"), f"{where}.reward_signals")
     if trainer_type == "sac":
-        _map_sac(m, hyper, gamma, where)
+        map_sac(m, hyper, gamma, where)
     else:
-        _map_on_policy(m, hyper, gamma, where)
-    _map_network(m, network, where, shared_critic=_shared_critic(hyper, trainer_type, where))
-    _map_behavioral_cloning(m, settings.get("behavioral_cloning"), where)
-    _map_trainer_misc(m, settings)
+        map_on_policy(m, hyper, gamma, where)
+    map_network(m, network, where, shared_critic=_shared_critic(hyper, trainer_type, where))
+    map_behavioral_cloning(m, settings.get("behavioral_cloning"), where)
+    map_trainer_misc(m, settings)
     _map_top_level(m, data)
     if demo_path is not None:
         _override_demo_path(m, str(demo_path))
@@ -225,7 +225,7 @@ def _shared_critic(hyper: Mapping[str, Any], trainer_type: str, where: str) -> b
     )
 
 
-def _override_demo_path(m: _Mapper, demo_path: str) -> None:
+def _override_demo_path(m: Mapper, demo_path: str) -> None:
     """Point every demo the run uses (GAIL, behavioral cloning) at ``demo_path``."""
     for source, settings in m.run.demo_settings():
         m.row(
@@ -237,7 +237,7 @@ def _override_demo_path(m: _Mapper, demo_path: str) -> None:
         settings["demo_path"] = demo_path
 
 
-def _map_top_level(m: _Mapper, data: Mapping[str, Any]) -> None:
+def _map_top_level(m: Mapper, data: Mapping[str, Any]) -> None:
     params = data.get("environment_parameters")
     if params is not None:
         from unity_sb3.unity.parameters import EnvironmentParameters
@@ -251,7 +251,7 @@ def _map_top_level(m: _Mapper, data: Mapping[str, Any]) -> None:
         m.row("environment_parameters", ", ".join(params), target)
     engine = data.get("engine_settings")
     if engine:
-        _check_keys(engine, ENGINE_KEYS, "engine_settings")
+        check_keys(engine, ENGINE_KEYS, "engine_settings")
         engine = dict(engine)
         # flags of the build's command line, not channel messages
         flags = ("no_graphics", "no_graphics_monitor")
@@ -269,10 +269,10 @@ def _map_top_level(m: _Mapper, data: Mapping[str, Any]) -> None:
             full = {k: engine.get(k, getattr(defaults, k)) for k in ENGINE_KEYS if k not in flags}
             EngineSettings(**full)  # validate
             m.run.open_kwargs["engine_settings"] = full
-            m.row("engine_settings", _short(engine), "EngineSettings(...)", "replaces --time-scale")
+            m.row("engine_settings", short_text(engine), "EngineSettings(...)", "replaces --time-scale")
     env_settings = data.get("env_settings")
     if env_settings:
-        _check_keys(env_settings, ENV_SETTINGS_KEYS, "env_settings")
+        check_keys(env_settings, ENV_SETTINGS_KEYS, "env_settings")
         for key, value in env_settings.items():
             if value is None:
                 continue
@@ -288,7 +288,7 @@ def _map_top_level(m: _Mapper, data: Mapping[str, Any]) -> None:
             elif key in RESTART_KEYS:
                 m.run.restarts[RESTART_KEYS[key]] = _restart_setting(key, value)
             elif key == "num_envs":
-                n = _number(value, "env_settings.num_envs", 1, integer=True)
+                n = number(value, "env_settings.num_envs", 1, integer=True)
                 m.run.num_envs = int(n)
                 m.row(
                     "env_settings.num_envs",
@@ -297,7 +297,7 @@ def _map_top_level(m: _Mapper, data: Mapping[str, Any]) -> None:
                     "Unity instances; --num-envs wins",
                 )
             elif key == "num_areas":
-                n = _number(value, "env_settings.num_areas", 1, integer=True)
+                n = number(value, "env_settings.num_areas", 1, integer=True)
                 if n > 1:
                     m.run.open_kwargs["num_areas"] = int(n)
                     m.row(
@@ -323,7 +323,7 @@ def _map_top_level(m: _Mapper, data: Mapping[str, Any]) -> None:
         )
     checkpoint = data.get("checkpoint_settings")
     if checkpoint:
-        _check_keys(checkpoint, CHECKPOINT_KEYS, "checkpoint_settings")
+        check_keys(checkpoint, CHECKPOINT_KEYS, "checkpoint_settings")
         for key, value in checkpoint.items():
             if value is None or value is False:  # asks for nothing (how mlagents-learn writes its defaults)
                 continue
@@ -334,7 +334,7 @@ def _map_top_level(m: _Mapper, data: Mapping[str, Any]) -> None:
             )
     torch_settings = data.get("torch_settings")
     if torch_settings:
-        _check_keys(torch_settings, TORCH_KEYS, "torch_settings")
+        check_keys(torch_settings, TORCH_KEYS, "torch_settings")
         if torch_settings.get("device") is not None:
             m.ignore("torch_settings.device", torch_settings["device"], "use unity-sb3 train --device")
     if data.get("debug"):
@@ -400,7 +400,7 @@ def load_mlagents_hyperparams(
         print(run.table())
     for row in run.unhonored:
         warnings.warn(
-            f"ML-Agents setting {row.source}={_short(row.value)} is not honored: {row.note}.",
+            f"ML-Agents setting {row.source}={short_text(row.value)} is not honored: {row.note}.",
             MLAgentsConfigWarning,
             stacklevel=3,
         )

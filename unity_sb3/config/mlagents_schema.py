@@ -285,7 +285,7 @@ class MLAgentsRun:
         """The mapping as a text table: ML-Agents key | value | SB3 setting | note."""
         header = ("ML-Agents key", "value", "SB3 / unity-sb3 setting", "note")
         lines = [
-            (r.source, _short(r.value), r.target, ("(not honored) " if not r.honored else "") + r.note)
+            (r.source, short_text(r.value), r.target, ("(not honored) " if not r.honored else "") + r.note)
             for r in self.rows
         ]
         widths = [
@@ -328,7 +328,12 @@ class MLAgentsRun:
         return out
 
 
-def _short(value: Any, limit: int = 40) -> str:
+def short_text(value: Any, limit: int = 40) -> str:
+    """``value`` as text for a mapping row or a message (a mapping as one line of YAML), cut to ``limit``.
+
+    :param value: any setting value
+    :param limit: the most characters, ``...`` included
+    """
     text = (
         str(value)
         if not isinstance(value, Mapping)
@@ -337,28 +342,52 @@ def _short(value: Any, limit: int = 40) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _check_keys(config: Any, allowed: tuple[str, ...] | list[str], where: str) -> None:
+def check_keys(config: Any, allowed: tuple[str, ...] | list[str], where: str) -> None:
+    """:func:`unity_sb3.validation.check_keys` raising :class:`MLAgentsConfigError`.
+
+    :param config: the section read
+    :param allowed: the keys it may have
+    :param where: the section's place in the file, for the message
+    """
     validation.check_keys(config, allowed, where, MLAgentsConfigError)
 
 
-def _number(value: Any, where: str, low: float | None = None, integer: bool = False) -> float | int:
+def number(value: Any, where: str, low: float | None = None, integer: bool = False) -> float | int:
+    """:func:`unity_sb3.validation.number` (numbers written as text allowed) raising :class:`MLAgentsConfigError`.
+
+    :param value: the setting's value
+    :param where: the setting's place in the file, for the message
+    :param low: the smallest value allowed, or ``None``
+    :param integer: whether the value must be a whole number
+    """
     return validation.number(value, where, low=low, integer=integer, text=True, error=MLAgentsConfigError)
 
 
-def _choice(value: Any, choices: tuple[str, ...], where: str) -> str:
+def choice(value: Any, choices: tuple[str, ...], where: str) -> str:
+    """:func:`unity_sb3.validation.choice` raising :class:`MLAgentsConfigError`.
+
+    :param value: the setting's value
+    :param choices: the values allowed
+    :param where: the setting's place in the file, for the message
+    """
     return validation.choice(value, choices, where, MLAgentsConfigError)
 
 
-def _deep_update(base: dict[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
+def deep_update(base: dict[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` updated in place with ``update``, nested mappings merged key by key rather than replaced.
+
+    :param base: the defaults (its nested mappings are copied before they are merged into)
+    :param update: the settings given
+    """
     for key, value in update.items():
         if isinstance(base.get(key), Mapping) and isinstance(value, Mapping):
-            base[key] = _deep_update(dict(base[key]), value)
+            base[key] = deep_update(dict(base[key]), value)
         else:
             base[key] = value
     return base
 
 
-class _Mapper:
+class Mapper:
     """Builds an :class:`MLAgentsRun` row by row."""
 
     def __init__(self, behavior: str, trainer_type: str) -> None:
@@ -373,8 +402,8 @@ class _Mapper:
         self.run.rows.append(MappedSetting(source, value, target, why, honored=False))
 
 
-# ML-Agents key, unity-sb3 train run setting, smallest value, note
-_CADENCE: tuple[tuple[str, str, int | None, str], ...] = (
+#: the checkpoint and summary cadence: ML-Agents key, unity-sb3 train run setting, smallest value, note
+CADENCE: tuple[tuple[str, str, int | None, str], ...] = (
     ("checkpoint_interval", "checkpoint_every", 1, "agent steps between checkpoints in both"),
     ("keep_checkpoints", "keep_checkpoints", None, "older checkpoints are deleted in both; 0 keeps all"),
     (

@@ -7,8 +7,8 @@ from typing import Any
 
 from unity_sb3 import validation
 from unity_sb3.config.mlagents_schema import (
-    _CADENCE,
     BC_KEYS,
+    CADENCE,
     CONDITIONING_TYPES,
     KEEP_CHECKPOINTS_DEFAULT,
     MEMORY_DEFAULTS,
@@ -17,16 +17,16 @@ from unity_sb3.config.mlagents_schema import (
     SIGNAL_NAMES,
     TIME_HORIZON_DEFAULT,
     VIS_ENCODE_TYPES,
+    Mapper,
     MLAgentsConfigError,
-    _check_keys,
-    _choice,
-    _Mapper,
-    _number,
-    _short,
+    check_keys,
+    choice,
+    number,
+    short_text,
 )
 
 
-def _map_reward_signals(m: _Mapper, signals: Any, where: str) -> float:
+def map_reward_signals(m: Mapper, signals: Any, where: str) -> float:
     """Extrinsic gamma -> ``gamma``; other signals (or a non-unit strength) -> ``reward_signals=``."""
     if signals is None:
         signals = {"extrinsic": {"gamma": 0.99, "strength": 1.0}}
@@ -34,9 +34,9 @@ def _map_reward_signals(m: _Mapper, signals: Any, where: str) -> float:
         raise MLAgentsConfigError(
             f"{where} must map signal names ({', '.join(SIGNAL_NAMES)}) to their settings."
         )
-    _check_keys(signals, SIGNAL_NAMES, where)
+    check_keys(signals, SIGNAL_NAMES, where)
     extrinsic = signals.get("extrinsic") or {}
-    gamma = _number(extrinsic.get("gamma", 0.99), f"{where}.extrinsic.gamma", 0.0)
+    gamma = number(extrinsic.get("gamma", 0.99), f"{where}.extrinsic.gamma", 0.0)
     m.row("reward_signals.extrinsic.gamma", gamma, f"gamma={gamma}")
     m.run.hyperparams["gamma"] = gamma
     plain = set(signals) == {"extrinsic"} and float(extrinsic.get("strength", 1.0)) == 1.0
@@ -60,7 +60,7 @@ def _map_reward_signals(m: _Mapper, signals: Any, where: str) -> float:
     for signal in converted:
         m.row(
             f"reward_signals.{signal}",
-            _short(converted[signal]),
+            short_text(converted[signal]),
             f"reward_signals[{signal!r}]",
             "one value head per signal",
         )
@@ -73,21 +73,28 @@ def _schedule(value: float, kind: str, schedule: str) -> float | str:
     return f"lin_{value!r}_{SCHEDULE_FLOORS[kind]!r}"
 
 
-def _map_on_policy(m: _Mapper, hyper: dict[str, Any], gamma: float, where: str) -> None:
+def map_on_policy(m: Mapper, hyper: dict[str, Any], gamma: float, where: str) -> None:
+    """PPO's and POCA's hyperparameters -> their SB3 arguments (``n_steps`` from ``buffer_size`` per slot).
+
+    :param m: the mapper of the behavior
+    :param hyper: the ``hyperparameters`` section, defaults filled in
+    :param gamma: the extrinsic signal's discount (from :func:`map_reward_signals`)
+    :param where: the behavior's place in the file, for messages
+    """
     h = f"{where}.hyperparameters"
     out = m.run.hyperparams
-    batch = _number(hyper["batch_size"], f"{h}.batch_size", 1, integer=True)
-    buffer = _number(hyper["buffer_size"], f"{h}.buffer_size", 1, integer=True)
+    batch = number(hyper["batch_size"], f"{h}.batch_size", 1, integer=True)
+    buffer = number(hyper["buffer_size"], f"{h}.buffer_size", 1, integer=True)
     if batch > buffer:
         raise MLAgentsConfigError(f"{h}: batch_size ({batch}) must not exceed buffer_size ({buffer}).")
-    lr = _number(hyper["learning_rate"], f"{h}.learning_rate", 0.0)
-    lr_schedule = _choice(hyper["learning_rate_schedule"], SCHEDULE_TYPES, f"{h}.learning_rate_schedule")
-    beta_schedule = _choice(hyper["beta_schedule"] or lr_schedule, SCHEDULE_TYPES, f"{h}.beta_schedule")
-    eps_schedule = _choice(hyper["epsilon_schedule"] or lr_schedule, SCHEDULE_TYPES, f"{h}.epsilon_schedule")
-    beta = _number(hyper["beta"], f"{h}.beta", 0.0)
-    epsilon = _number(hyper["epsilon"], f"{h}.epsilon", 0.0)
-    lambd = _number(hyper["lambd"], f"{h}.lambd", 0.0)
-    epochs = _number(hyper["num_epoch"], f"{h}.num_epoch", 1, integer=True)
+    lr = number(hyper["learning_rate"], f"{h}.learning_rate", 0.0)
+    lr_schedule = choice(hyper["learning_rate_schedule"], SCHEDULE_TYPES, f"{h}.learning_rate_schedule")
+    beta_schedule = choice(hyper["beta_schedule"] or lr_schedule, SCHEDULE_TYPES, f"{h}.beta_schedule")
+    eps_schedule = choice(hyper["epsilon_schedule"] or lr_schedule, SCHEDULE_TYPES, f"{h}.epsilon_schedule")
+    beta = number(hyper["beta"], f"{h}.beta", 0.0)
+    epsilon = number(hyper["epsilon"], f"{h}.epsilon", 0.0)
+    lambd = number(hyper["lambd"], f"{h}.lambd", 0.0)
+    epochs = number(hyper["num_epoch"], f"{h}.num_epoch", 1, integer=True)
 
     out["batch_size"] = batch
     m.row("hyperparameters.batch_size", batch, f"batch_size={batch}")
@@ -149,19 +156,26 @@ def _map_on_policy(m: _Mapper, hyper: dict[str, Any], gamma: float, where: str) 
     )
 
 
-def _map_sac(m: _Mapper, hyper: dict[str, Any], gamma: float, where: str) -> None:
+def map_sac(m: Mapper, hyper: dict[str, Any], gamma: float, where: str) -> None:
+    """SAC's hyperparameters -> its SB3 arguments.
+
+    :param m: the mapper of the behavior
+    :param hyper: the ``hyperparameters`` section, defaults filled in
+    :param gamma: the extrinsic signal's discount (from :func:`map_reward_signals`)
+    :param where: the behavior's place in the file, for messages
+    """
     h = f"{where}.hyperparameters"
     out = m.run.hyperparams
-    batch = _number(hyper["batch_size"], f"{h}.batch_size", 1, integer=True)
-    buffer = _number(hyper["buffer_size"], f"{h}.buffer_size", 1, integer=True)
-    lr = _number(hyper["learning_rate"], f"{h}.learning_rate", 0.0)
-    lr_schedule = _choice(hyper["learning_rate_schedule"], SCHEDULE_TYPES, f"{h}.learning_rate_schedule")
-    init_steps = _number(hyper["buffer_init_steps"], f"{h}.buffer_init_steps", 0, integer=True)
-    tau = _number(hyper["tau"], f"{h}.tau", 0.0)
-    per_update = _number(hyper["steps_per_update"], f"{h}.steps_per_update", 0.0)
+    batch = number(hyper["batch_size"], f"{h}.batch_size", 1, integer=True)
+    buffer = number(hyper["buffer_size"], f"{h}.buffer_size", 1, integer=True)
+    lr = number(hyper["learning_rate"], f"{h}.learning_rate", 0.0)
+    lr_schedule = choice(hyper["learning_rate_schedule"], SCHEDULE_TYPES, f"{h}.learning_rate_schedule")
+    init_steps = number(hyper["buffer_init_steps"], f"{h}.buffer_init_steps", 0, integer=True)
+    tau = number(hyper["tau"], f"{h}.tau", 0.0)
+    per_update = number(hyper["steps_per_update"], f"{h}.steps_per_update", 0.0)
     if per_update <= 0:
         raise MLAgentsConfigError(f"{h}.steps_per_update must be > 0, got {per_update}.")
-    entcoef = _number(hyper["init_entcoef"], f"{h}.init_entcoef", 0.0)
+    entcoef = number(hyper["init_entcoef"], f"{h}.init_entcoef", 0.0)
     out.update(batch_size=batch, buffer_size=buffer, learning_starts=init_steps, tau=tau)
     out["learning_rate"] = _schedule(lr, "learning_rate", lr_schedule)
     out["ent_coef"] = f"auto_{entcoef!r}"
@@ -210,7 +224,7 @@ def _map_sac(m: _Mapper, hyper: dict[str, Any], gamma: float, where: str) -> Non
         )
 
 
-def _map_network(m: _Mapper, network: dict[str, Any], where: str, shared_critic: bool = False) -> None:
+def map_network(m: Mapper, network: dict[str, Any], where: str, shared_critic: bool = False) -> None:
     """Network settings -> ``policy_kwargs`` (and ``ppo_memory`` for ``memory``), ``normalize``,
     ``mlagents_network`` (goal conditioning, resolved against the env).
 
@@ -221,17 +235,17 @@ def _map_network(m: _Mapper, network: dict[str, Any], where: str, shared_critic:
     ``net_arch`` is ``dict(pi=[], vf=[])``.
     """
     n = f"{where}.network_settings"
-    units = _number(network["hidden_units"], f"{n}.hidden_units", 1, integer=True)
-    layers = _number(network["num_layers"], f"{n}.num_layers", 0, integer=True)
+    units = number(network["hidden_units"], f"{n}.hidden_units", 1, integer=True)
+    layers = number(network["num_layers"], f"{n}.num_layers", 0, integer=True)
     arch = [units] * layers
-    vis = _choice(network["vis_encode_type"], VIS_ENCODE_TYPES, f"{n}.vis_encode_type")
+    vis = choice(network["vis_encode_type"], VIS_ENCODE_TYPES, f"{n}.vis_encode_type")
     memory = network["memory"]
     size = 0
     if memory is not None:
-        _check_keys(memory, tuple(MEMORY_DEFAULTS), f"{n}.memory")
+        check_keys(memory, tuple(MEMORY_DEFAULTS), f"{n}.memory")
         mem = {**MEMORY_DEFAULTS, **memory}
-        size = _number(mem["memory_size"], f"{n}.memory.memory_size", 2, integer=True)
-        _number(mem["sequence_length"], f"{n}.memory.sequence_length", 1, integer=True)
+        size = number(mem["memory_size"], f"{n}.memory.memory_size", 2, integer=True)
+        number(mem["sequence_length"], f"{n}.memory.sequence_length", 1, integer=True)
         if size % 2:
             raise MLAgentsConfigError(
                 f"{n}.memory.memory_size must be even (LSTM hidden + cell state), got {size}."
@@ -328,7 +342,7 @@ def _map_network(m: _Mapper, network: dict[str, Any], where: str, shared_critic:
         m.ignore("network_settings.deterministic", True, "use deterministic=True when predicting/evaluating")
 
 
-def _map_memory(m: _Mapper, memory: Mapping[str, Any], size: int, recurrent: bool) -> None:
+def _map_memory(m: Mapper, memory: Mapping[str, Any], size: int, recurrent: bool) -> None:
     """``network_settings.memory`` -> ``unity_sb3.RecurrentPPO`` (``ppo_memory``) or ``unity_sb3.SAC``'s Lstm policy (SAC).
 
     Reward signals, the BC term, ``beta_schedule`` and ``time_horizon`` stay as PPO maps them: the
@@ -369,7 +383,7 @@ def _map_memory(m: _Mapper, memory: Mapping[str, Any], size: int, recurrent: boo
     if not recurrent:
         m.ignore(
             "network_settings.memory",
-            _short(memory),
+            short_text(memory),
             f"no recurrent {m.run.trainer_type.upper()} in unity-sb3; the policy has no memory",
         )
         return
@@ -390,7 +404,7 @@ def _map_memory(m: _Mapper, memory: Mapping[str, Any], size: int, recurrent: boo
 
 
 def _map_goal_conditioning(
-    m: _Mapper,
+    m: Mapper,
     network: Mapping[str, Any],
     units: int,
     n: str,
@@ -405,7 +419,7 @@ def _map_goal_conditioning(
     """
     given = [key for key in ("goal_conditioning_type", "conditioning_type") if network[key] != "hyper"]
     key = given[0] if given else "goal_conditioning_type"
-    value = _choice(network[key], CONDITIONING_TYPES, f"{n}.{key}")
+    value = choice(network[key], CONDITIONING_TYPES, f"{n}.{key}")
     m.run.hyperparams["mlagents_network"] = {"goal_conditioning_type": value, "hidden_units": units}
     if value == "hyper" and body_layers is not None:
         m.run.hyperparams["mlagents_network"]["body_layers"] = list(body_layers)
@@ -431,33 +445,45 @@ def _map_goal_conditioning(
     m.row(f"network_settings.{key}", value, target, note)
 
 
-def _map_behavioral_cloning(m: _Mapper, bc: Any, where: str) -> None:
+def map_behavioral_cloning(m: Mapper, bc: Any, where: str) -> None:
+    """The ``behavioral_cloning`` section -> ``behavioral_cloning=`` (ignored, and said so, for POCA).
+
+    :param m: the mapper of the behavior
+    :param bc: the section, or ``None`` when the behavior has none
+    :param where: the behavior's place in the file, for messages
+    """
     if bc is None:
         return
-    _check_keys(bc, BC_KEYS, f"{where}.behavioral_cloning")
+    check_keys(bc, BC_KEYS, f"{where}.behavioral_cloning")
     if "demo_path" not in bc:
         raise MLAgentsConfigError(f"{where}.behavioral_cloning needs demo_path (a .demo file or folder).")
     if m.run.trainer_type == "poca":
         m.ignore(
             "behavioral_cloning",
-            _short(bc),
+            short_text(bc),
             "POCA has no BC term in unity-sb3; pretrain with unity_sb3.pretrain_bc",
         )
         return
     m.run.hyperparams["behavioral_cloning"] = dict(bc)
-    m.row("behavioral_cloning", _short(bc), "behavioral_cloning=", "same keys and meaning")
+    m.row("behavioral_cloning", short_text(bc), "behavioral_cloning=", "same keys and meaning")
 
 
-def _map_trainer_misc(m: _Mapper, settings: Mapping[str, Any]) -> None:
-    max_steps = _number(settings.get("max_steps", 500_000), "max_steps", 1)
+def map_trainer_misc(m: Mapper, settings: Mapping[str, Any]) -> None:
+    """The behavior's other settings: ``max_steps``, ``time_horizon``, checkpoint and summary cadence,
+    self-play, ``output_path``, and the settings unity-sb3 does not honour.
+
+    :param m: the mapper of the behavior
+    :param settings: the behavior's whole section
+    """
+    max_steps = number(settings.get("max_steps", 500_000), "max_steps", 1)
     m.run.n_timesteps = int(max_steps)
     m.row("max_steps", int(max_steps), f"n_timesteps={int(max_steps)}", "agent steps in both")
     _map_time_horizon(m, settings)
-    for key, target, minimum, note in _CADENCE:
+    for key, target, minimum, note in CADENCE:
         value = settings.get(key)
         if value is None:
             continue
-        value = max(_number(value, key, minimum, integer=True), 0)  # ML-Agents: <= 0 keeps all
+        value = max(number(value, key, minimum, integer=True), 0)  # ML-Agents: <= 0 keeps all
         m.run.cadence[target] = int(value)
         m.row(key, int(value), f"unity-sb3 train {target}={int(value)}", note)
     _map_even_checkpoints(m, settings)
@@ -479,7 +505,7 @@ def _map_trainer_misc(m: _Mapper, settings: Mapping[str, Any]) -> None:
             m.ignore(key, settings[key], why)
 
 
-def _map_even_checkpoints(m: _Mapper, settings: Mapping[str, Any]) -> None:
+def _map_even_checkpoints(m: Mapper, settings: Mapping[str, Any]) -> None:
     """``even_checkpoints``: ML-Agents then checkpoints every ``max_steps / keep_checkpoints`` steps
     (``TrainerSettings._set_checkpoint_interval``), whatever ``checkpoint_interval`` says."""
     even = settings.get("even_checkpoints")
@@ -512,7 +538,7 @@ _SELF_PLAY_NOTES = {
 }
 
 
-def _map_self_play(m: _Mapper, section: Any) -> None:
+def _map_self_play(m: Mapper, section: Any) -> None:
     """``self_play`` -> :class:`~unity_sb3.selfplay.settings.SelfPlaySettings` (ML-Agents' ghost trainer)."""
     if section is None:
         return
@@ -528,12 +554,10 @@ def _map_self_play(m: _Mapper, section: Any) -> None:
         m.row(f"self_play.{key}", value, f"SelfPlaySettings.{key}={value}", _SELF_PLAY_NOTES[key] + default)
 
 
-def _map_time_horizon(m: _Mapper, settings: Mapping[str, Any]) -> None:
+def _map_time_horizon(m: Mapper, settings: Mapping[str, Any]) -> None:
     """``time_horizon`` (ML-Agents' default 64): where a trajectory is cut and bootstrapped."""
     given = "time_horizon" in settings
-    horizon = int(
-        _number(settings.get("time_horizon", TIME_HORIZON_DEFAULT), "time_horizon", 1, integer=True)
-    )
+    horizon = int(number(settings.get("time_horizon", TIME_HORIZON_DEFAULT), "time_horizon", 1, integer=True))
     value = horizon if given else f"{horizon} (ML-Agents' default)"
     if m.run.algo == "sac":
         m.row(
