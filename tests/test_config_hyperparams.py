@@ -62,9 +62,9 @@ def test_registry_did_you_mean() -> None:
 def test_run_config_with_python_objects_saves_as_plain_yaml() -> None:
     import yaml
 
-    from unity_sb3.run import _plain
+    from unity_sb3.run import plain
 
     text = yaml.safe_dump(
-        _plain({"policy_kwargs": {"activation_fn": nn.ReLU, "net_arch": (8, 8)}, "lr": 1e-3})
+        plain({"policy_kwargs": {"activation_fn": nn.ReLU, "net_arch": (8, 8)}, "lr": 1e-3})
     )
     assert "torch.nn.modules.activation.ReLU" in text and "lr: 0.001" in text

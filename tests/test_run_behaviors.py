@@ -237,7 +237,7 @@ def test_shipped_competitive_entries_run_self_play_by_default() -> None:
 def test_resume_plans_every_behavior_with_the_runs_own_settings(tmp_path: Path) -> None:
     from dataclasses import asdict
 
-    from unity_sb3.run import _plain
+    from unity_sb3.run import plain
 
     planned = plan_behaviors(args_for("--env", "StrikersVsGoalie", "--seed", "5", "--transport", "inprocess"))
     planned["Goalie"].hyperparams["n_steps"] = 77  # a setting no shipped file has
@@ -248,7 +248,7 @@ def test_resume_plans_every_behavior_with_the_runs_own_settings(tmp_path: Path) 
         "algo": "poca",
         "behaviors": {n: asdict(c) for n, c in planned.items()},
     }
-    (run / "config.yaml").write_text(yaml.safe_dump(_plain(whole), sort_keys=False))
+    (run / "config.yaml").write_text(yaml.safe_dump(plain(whole), sort_keys=False))
     resumed = plan_behaviors(args_for("--results-dir", str(tmp_path), "--run-id", "svg", "--resume"))
     assert resumed == planned, "no --config: the settings the run was started with"
     again = plan_behaviors(

@@ -107,12 +107,12 @@ class RunConfig:
         return self.open_kwargs.get("seed", self.seed)
 
 
-def _plain(value: Any) -> Any:
+def plain(value: Any) -> Any:
     """``value`` with anything YAML cannot represent safely (classes, callables) as readable text."""
     if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
+        return {str(k): plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
+        return [plain(v) for v in value]
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if isinstance(value, type):
@@ -164,7 +164,12 @@ def make_vec_env(config: RunConfig, monitor_file: str | Path | None = None):
     return VecMonitor(env, filename=str(monitor_file) if monitor_file else None)
 
 
-def _wrap_normalize(env, config: RunConfig, stats_file: Path | None):
+def wrap_normalize(env, config: RunConfig, stats_file: Path | None):
+    """``env`` in a ``VecNormalize`` when ``config.normalize`` asks for one, resuming its statistics.
+
+    :param config: the run's settings (``normalize``: ``True`` or ``VecNormalize``'s keyword arguments)
+    :param stats_file: the saved statistics to resume from when it exists, else ``None``
+    """
     from stable_baselines3.common.vec_env import VecNormalize
 
     if not config.normalize:
@@ -241,14 +246,14 @@ def train(
         config, curriculum_file_for(start_from, curriculum_file) if start_from else None
     )
     run_dir.mkdir(parents=True, exist_ok=True)
-    segment = len(_monitor_files(run_dir))
+    segment = len(monitor_files(run_dir))
     # SB3's monitor writer only keeps names that end in "monitor.csv"
     monitor_file = run_dir / ("monitor.csv" if segment == 0 else f"resume-{segment}.monitor.csv")
-    (run_dir / CONFIG_FILE).write_text(yaml.safe_dump(_plain(asdict(config)), sort_keys=False))
+    (run_dir / CONFIG_FILE).write_text(yaml.safe_dump(plain(asdict(config)), sort_keys=False))
 
     env = make_vec_env(open_config, monitor_file)
     stats_file = run_dir / NORMALIZE_FILE
-    env = _wrap_normalize(env, config, stats_file if resume else None)
+    env = wrap_normalize(env, config, stats_file if resume else None)
     try:
         if start_from is not None:
             model = algo_cls.load(start_from, env=env, device=device, tensorboard_log=str(run_dir / "tb"))
@@ -322,7 +327,7 @@ def train(
         env.close()
     curve = run_dir / "learning_curve.png"
     plot_learning_curve(
-        _monitor_files(run_dir), curve, title=f"{config.algo.upper()} on {config.env}", concatenate=True
+        monitor_files(run_dir), curve, title=f"{config.algo.upper()} on {config.env}", concatenate=True
     )
     state = "stopped early" if interrupted else "finished"
     onnx = run_dir / ONNX_FILE
@@ -382,7 +387,7 @@ def check_run_setting(key: str, value: Any, where: str) -> Any:
     raise ValueError(f"{key!r} is not a run setting ({', '.join(RUN_SETTINGS)}).")
 
 
-def _default_env_and_algo(args: argparse.Namespace) -> None:
+def default_env_and_algo(args: argparse.Namespace) -> None:
     """Fill ``args.env`` / ``args.algo`` left unset: from the run's ``config.yaml`` when resuming a
     named run (so ``--resume --run-id X`` continues X's algorithm on X's scene), else Ball3D / ppo."""
     if args.resume and args.run_id and (args.env is None or args.algo is None):
@@ -410,7 +415,7 @@ def _flag(args: argparse.Namespace, key: str) -> Any:
 def saved_run_config(args: argparse.Namespace) -> dict[str, Any] | None:
     """The ``config.yaml`` of the run that ``--resume`` continues, or ``None`` (no ``--resume``, or no file).
 
-    ``args.env`` and ``args.algo`` must be filled (:func:`_default_env_and_algo`): they name the
+    ``args.env`` and ``args.algo`` must be filled (:func:`default_env_and_algo`): they name the
     run folder when ``--run-id`` does not.
     """
     if not getattr(args, "resume", False):
@@ -483,7 +488,7 @@ def run_config_from_args(args: argparse.Namespace) -> RunConfig:
     ``config.yaml`` (:func:`resumed_config`); with ``--config`` too, that file's hyperparameters
     replace them and the fields the command line leaves out still come from the run.
     """
-    _default_env_and_algo(args)
+    default_env_and_algo(args)
     saved = saved_run_config(args)
     if saved is not None:
         if args.config is None and "behaviors" not in saved:
@@ -539,7 +544,7 @@ def _initialize_from(args: argparse.Namespace) -> str | None:
     )
 
 
-def _monitor_files(run_dir: Path) -> list[Path]:
+def monitor_files(run_dir: Path) -> list[Path]:
     """The run's monitor files in training order: ``monitor.csv``, then each resumed segment."""
 
     def order(path: Path) -> int:
@@ -560,7 +565,7 @@ def _free_run_dir(results: Path, base: str) -> Path:
 def run_dir_from_args(args: argparse.Namespace) -> Path | None:
     """The run folder of ``unity-sb3 train`` (emptied with ``--force``), or ``None`` (message printed)
     when it holds a run and neither ``--resume`` nor ``--force`` was given."""
-    _default_env_and_algo(args)
+    default_env_and_algo(args)
     results = Path(args.results_dir)
     default_id = f"{Path(args.env).name}_{args.algo}"
     if args.run_id is None and not (args.resume or args.force):

@@ -58,15 +58,15 @@ from unity_sb3.config.mlagents_legacy import is_legacy_config, upgrade_legacy_co
 from unity_sb3.run import (
     CONFIG_FILE,
     RunConfig,
-    _default_env_and_algo,
-    _monitor_files,
-    _plain,
-    _wrap_normalize,
     config_from_args,
+    default_env_and_algo,
+    monitor_files,
+    plain,
     resumed_config,
     run_dir_from_args,
     saved_run_config,
     unity_open_kwargs,
+    wrap_normalize,
 )
 from unity_sb3.run_state import (
     MODEL_FILE,
@@ -138,7 +138,7 @@ def plan_behaviors(args: argparse.Namespace) -> dict[str, RunConfig] | None:
     ``--config`` they are the run's own, from its ``config.yaml``.
     """
     _default_algo(args)
-    _default_env_and_algo(args)
+    default_env_and_algo(args)
     saved = saved_run_config(args)
     data = read_yaml(args.config) if args.config else None
     if data is not None and is_legacy_config(data):
@@ -189,7 +189,7 @@ def train_from_args(args: argparse.Namespace) -> int:
 
     _default_algo(args)
     if args.resume:
-        _default_env_and_algo(args)
+        default_env_and_algo(args)
     configs = plan_behaviors(argparse.Namespace(**vars(args)))
     if configs is None:
         return run.train_from_args(args)
@@ -228,7 +228,7 @@ class _Behavior:
         self.env: Any = None
 
     def monitor_file(self) -> Path:
-        segment = len(_monitor_files(self.dir))  # SB3 keeps only names ending in monitor.csv
+        segment = len(monitor_files(self.dir))  # SB3 keeps only names ending in monitor.csv
         return self.dir / ("monitor.csv" if segment == 0 else f"resume-{segment}.monitor.csv")
 
     def curriculum_state(self) -> Path:
@@ -293,10 +293,10 @@ def train_behaviors(
     open_config, _ = prepare_curriculum(first, lead.curriculum_state() if lead.start_from else None)
     run_dir.mkdir(parents=True, exist_ok=True)
     whole = {"env": first.env, "algo": first.algo, "behaviors": {n: asdict(c) for n, c in configs.items()}}
-    (run_dir / CONFIG_FILE).write_text(yaml.safe_dump(_plain(whole), sort_keys=False))
+    (run_dir / CONFIG_FILE).write_text(yaml.safe_dump(plain(whole), sort_keys=False))
     for run in runs.values():
         run.dir.mkdir(parents=True, exist_ok=True)
-        (run.dir / CONFIG_FILE).write_text(yaml.safe_dump(_plain(asdict(run.config)), sort_keys=False))
+        (run.dir / CONFIG_FILE).write_text(yaml.safe_dump(plain(asdict(run.config)), sort_keys=False))
 
     lockstep = LockstepUnity(
         [first.env] * first.num_envs, open_kwargs=unity_open_kwargs(open_config), step_timeout=600.0
@@ -389,7 +389,7 @@ def _factory(run: _Behavior, resume: bool, device: str, verbose: int) -> Any:
 
         config = run.config
         env = VecMonitor(view, filename=str(run.monitor_file()))
-        env = _wrap_normalize(env, config, run.dir / NORMALIZE_FILE if resume else None)
+        env = wrap_normalize(env, config, run.dir / NORMALIZE_FILE if resume else None)
         algo_cls = algorithm_class(config.algo)
         tensorboard = str(run.dir / "tb")
         if run.start_from is not None:
@@ -538,7 +538,7 @@ def _plot(run: _Behavior) -> None:
 
     with contextlib.suppress(Exception):  # a curve is a convenience; never fail a finished run on it
         plot_learning_curve(
-            _monitor_files(run.dir),
+            monitor_files(run.dir),
             run.dir / "learning_curve.png",
             title=f"{run.config.algo.upper()} on {run.config.env}: {run.name}",
             concatenate=True,
