@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from unity_sb3.spaces import BehaviorSpaces
-from unity_sb3.wrappers._terminals import absorb_terminals
+from unity_sb3.wrappers._terminals import absorb_terminals, put_placeholders
 from unity_sb3.wrappers.instances import Instance
 
 from mlagents_envs.base_env import (  # isort: skip
@@ -77,7 +77,8 @@ def _absorb(inst, batches, spaces, obs_buf, together: bool):
         {},
     )
     for part in [batches] if together else [[b] for b in batches]:
-        absorb_terminals(inst, part, spaces, obs_buf, *results)
+        absorb_terminals(inst, part, spaces, *results)
+    put_placeholders(inst, obs_buf, results[-1], results[-1])  # as the wrapper writes them
     return results
 
 

@@ -101,7 +101,6 @@ def absorb_terminals(
     inst: Any,
     batches: list[TerminalSteps],
     spaces: BehaviorSpaces,
-    obs_buf: Any,
     reward: np.ndarray,
     group_reward: np.ndarray,
     done: np.ndarray,
@@ -112,9 +111,9 @@ def absorb_terminals(
     in Unity's order), exactly as absorbing them one after the other would: the first batch that
     names a slot's agent ends it (its agent leaves ``slot_of``), and each slot ends at most once.
 
-    :param obs_buf: the observation buffer to write the ended slots' placeholders (their terminal
-        observations) into, or ``None`` to leave them to the caller (:func:`put_placeholders`): most
-        slots take a new agent in the same wrapper step, whose observation replaces the placeholder.
+    The ended slots' placeholders (their terminal observations) are the caller's to write, with
+    :func:`put_placeholders`: most slots take a new agent in the same wrapper step, whose observation
+    replaces the placeholder.
     """
     slot_of = inst.slot_of
     parts: list[_Part] = []
@@ -132,8 +131,9 @@ def absorb_terminals(
     if sum(len(slots) for _, _, slots in parts) <= _FEW_ENDED:  # scalar steps beat a dozen row selections
         group_id, bound = inst.group_id, inst.bound
         for term, rows, slots in parts:
+            converted = spaces.observations(term.obs)  # once per batch, as in _end_many
             for j, slot in zip(rows, slots):
-                terminal_obs[slot] = copy_obs(take_row(spaces.observations(term.obs), j))
+                terminal_obs[slot] = copy_obs(take_row(converted, j))
                 reward[slot] += term.reward[j]  # float32 sums, as with float32 arrays
                 group_reward[slot] += term.group_reward[j]
                 group_id[slot] = term.group_id[j]
@@ -142,8 +142,6 @@ def absorb_terminals(
                 bound[slot] = False
     else:
         _end_many(inst, parts, spaces, reward, group_reward, done, truncated, terminal_obs)
-    if obs_buf is not None:
-        put_placeholders(inst, obs_buf, terminal_obs, [slot for _, _, slots in parts for slot in slots])
     # ``inst.rows`` needs no update: the decision batch that follows sets them all (and when the
     # loop ends without one, or a crash ends it, the last Unity step left them all -1)
     inst.all_bound = False

@@ -382,7 +382,7 @@ class InstancesMixin:
                     continue
                 if pending:
                     batches, pending = pending, []
-                    absorb_terminals(inst, batches, self.spaces, None, *ended)
+                    absorb_terminals(inst, batches, self.spaces, *ended)
                 # (never steady on an empty batch: steady_ids are not)
                 rebound = self._steady_match(inst, ids)
                 if rebound is not None:
@@ -424,7 +424,7 @@ class InstancesMixin:
             else:
                 if pending:
                     batches, pending = pending, []
-                    absorb_terminals(inst, batches, self.spaces, None, *ended)
+                    absorb_terminals(inst, batches, self.spaces, *ended)
                 if not done.any():
                     raise UnityNoDecisionError(
                         f"Unity worker {inst.worker_id}: none of its {n} slots' agents of behavior "
@@ -436,7 +436,7 @@ class InstancesMixin:
             # a crash (or an error): the slots whose agents ended end as they would have Unity step by
             # Unity step; their placeholders are the terminal observations a restart reports
             if pending:
-                absorb_terminals(inst, pending, self.spaces, None, *ended)
+                absorb_terminals(inst, pending, self.spaces, *ended)
             put_placeholders(inst, self._obs_buf, terminal_obs, terminal_obs)
             raise
         active = inst.rows >= 0
